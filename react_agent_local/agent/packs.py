@@ -1,0 +1,83 @@
+"""Task packs: a folder with ``task.json``, ``knowledge/*.md`` and ``data/expected.json``.
+
+The package root is the default pack. The runtime reads ``task.json`` and hands the knowledge folder
+to the tools; ``expected.json`` is read only by ``metrics.py`` after the run (never by a prompt or
+a tool). Other packs live under ``packs/<name>/`` and are found by name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .contracts import TaskSpec
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKS_DIR = PACKAGE_ROOT / "packs"
+DEFAULT_PACK_NAME = "default"
+
+
+class PackError(Exception):
+    """The pack folder is missing a file or a file breaks its contract (operator fault)."""
+
+
+@dataclass(frozen=True)
+class TaskPack:
+    name: str
+    root: Path
+    task: TaskSpec
+
+    @property
+    def knowledge_dir(self) -> Path:
+        return self.root / "knowledge"
+
+    @property
+    def expected_path(self) -> Path:
+        return self.root / "data" / "expected.json"
+
+    def load_expected(self) -> dict[str, Any]:
+        """Ground truth for metrics only (R-MET): never pass this to a prompt or a tool."""
+        try:
+            return json.loads(self.expected_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PackError(f"pack '{self.name}': cannot read data/expected.json ({type(exc).__name__})") from None
+
+    @classmethod
+    def load(cls, root: Path, name: str | None = None) -> "TaskPack":
+        root = Path(root).resolve()
+        name = name or root.name
+        task_file = root / "task.json"
+        try:
+            task = TaskSpec.model_validate_json(task_file.read_text(encoding="utf-8"))
+        except OSError:
+            raise PackError(f"pack '{name}': task.json not found") from None
+        except ValueError as exc:
+            raise PackError(f"pack '{name}': task.json is invalid: {exc}") from None
+        if not (root / "knowledge").is_dir():
+            raise PackError(f"pack '{name}': knowledge/ folder not found")
+        return cls(name=name, root=root, task=task)
+
+
+def available_packs() -> dict[str, Path]:
+    """Pack names the runner accepts: ``default`` plus every folder under ``packs/``."""
+    packs = {DEFAULT_PACK_NAME: PACKAGE_ROOT}
+    if PACKS_DIR.is_dir():
+        for child in sorted(PACKS_DIR.iterdir()):
+            if child.is_dir() and (child / "task.json").is_file() and not child.is_symlink():
+                packs[child.name] = child
+    return packs
+
+
+def load_pack(name_or_dir: str | Path | None) -> TaskPack:
+    """Load by name (``default``, a folder under packs/) or, from the CLI, by directory."""
+    if name_or_dir is None or name_or_dir == DEFAULT_PACK_NAME:
+        return TaskPack.load(PACKAGE_ROOT, DEFAULT_PACK_NAME)
+    packs = available_packs()
+    if isinstance(name_or_dir, str) and name_or_dir in packs:
+        return TaskPack.load(packs[name_or_dir], name_or_dir)
+    path = Path(name_or_dir)
+    if path.is_dir():
+        return TaskPack.load(path)
+    raise PackError(f"unknown pack '{name_or_dir}'; known: {', '.join(packs)}")
