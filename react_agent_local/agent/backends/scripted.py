@@ -1,0 +1,76 @@
+"""The scripted test policy: a queue of canned model outputs that drives the real runtime.
+
+It exists for tests only. Its description says ``is_test_policy: True`` and its name is
+``scripted-test-policy``, so a run it drives can never be presented as a real model run.
+An extra call beyond the script raises ``ScriptExhausted``; ``assert_complete`` checks that every
+canned output was used.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from ..model_policy import Generation, ModelDescription, ModelRequest
+
+_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+class ScriptExhausted(AssertionError):
+    """The runtime asked the scripted policy for more outputs than the test scripted."""
+
+
+@dataclass
+class Slow:
+    """A canned output that takes ``seconds`` (checking deadline and cancel like a real backend)."""
+
+    text: str
+    seconds: float
+
+
+Step = Union[str, Slow, Callable[[ModelRequest], str]]
+
+
+def count_tokens(text: str) -> int:
+    """A stand-in tokenizer for tests (words and punctuation); real backends use the model's."""
+    return len(_TOKEN.findall(text))
+
+
+class ScriptedPolicy:
+    def __init__(self, outputs: list[Step]):
+        self.outputs = list(outputs)
+        self.requests: list[ModelRequest] = []
+        self.description = ModelDescription(
+            name="scripted-test-policy", backend="scripted", path_hash="-", is_test_policy=True)
+
+    def generate(self, request: ModelRequest) -> Generation:
+        self.requests.append(request)
+        if not self.outputs:
+            raise ScriptExhausted(f"unexpected model call #{len(self.requests)}: the script is empty")
+        step = self.outputs.pop(0)
+        started = time.perf_counter()
+        finish = "stop"
+        if isinstance(step, Slow):
+            text = step.text
+            end = time.monotonic() + step.seconds
+            while time.monotonic() < end:
+                stop = request.should_stop()
+                if stop:
+                    finish, text = stop, ""
+                    break
+                time.sleep(0.005)
+        elif callable(step):
+            text = step(request)
+        else:
+            text = step
+        prompt = "".join(m["content"] for m in request.messages) + request.prefix
+        output_tokens = min(count_tokens(text), request.max_new_tokens)
+        if count_tokens(text) > request.max_new_tokens:
+            finish = "length"
+        return Generation(text=text, input_tokens=count_tokens(prompt), output_tokens=output_tokens,
+                          latency_ms=(time.perf_counter() - started) * 1000, finish_reason=finish)
+
+    def assert_complete(self) -> None:
+        assert not self.outputs, f"{len(self.outputs)} scripted output(s) were never requested"

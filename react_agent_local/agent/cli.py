@@ -1,0 +1,204 @@
+"""Terminal entry point: ``python -m agent run`` and ``python -m agent schemas``.
+
+``run`` drives the real runtime with a real local model (never the scripted test policy) and prints
+a readable step-by-step trace and the metrics, or with ``--json`` one JSON object with ``status``,
+``stop_reason``, ``final``, ``metrics`` and ``observations``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+from .contracts import Budgets
+from .packs import PACKAGE_ROOT, PackError, load_pack
+
+MODEL_CACHE = Path(os.environ.get("REACT_AGENT_MODEL_DIR", Path.home() / ".cache" / "react-agent-local" / "models"))
+DEFAULT_MODEL_CANDIDATES = (
+    "qwen2.5-coder-1.5b-gguf/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    "qwen2.5-1.5b-instruct",
+    "qwen2.5-coder-0.5b-gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "qwen2.5-0.5b-instruct",
+)
+
+
+def default_model() -> Path | None:
+    for candidate in DEFAULT_MODEL_CANDIDATES:
+        path = MODEL_CACHE / candidate
+        if path.exists():
+            return path
+    return None
+
+
+# -- human-readable trace ------------------------------------------------------------------------
+
+def _short(value: Any, limit: int = 140) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_event(e: dict[str, Any]) -> str | None:
+    t, step = e["type"], e.get("step", 0)
+    head = f"[{e['elapsed_ms'] / 1000:7.2f}s] step {step:>2} "
+    if t == "run.started":
+        return f"run started: task {e['task_id']} ({e['mode']} mode), required tools {', '.join(e['required_tools'])}"
+    if t == "model.load.started":
+        return "loading model…"
+    if t == "model.load.completed":
+        m = e["model"]
+        return f"model loaded: {m['name']} ({m['backend']}, {m['device']}) in {e['load_ms'] / 1000:.1f}s"
+    if t in ("model.completed", "model.repair.completed"):
+        u = e["usage"]
+        kind = "repair" if "repair" in t else "model"
+        return (head + f"{kind}: {u['input_tokens']} prompt tok ({u.get('cached_tokens', 0)} cached), "
+                f"{u['output_tokens']} out tok, {e['latency_ms'] / 1000:.2f}s, finish={e['finish_reason']}")
+    if t in ("decision.valid", "decision.repaired"):
+        d = e["decision"]
+        what = (f"action {d['tool']} {_short(d['arguments'])}" if d["type"] == "action"
+                else f"final citing {', '.join(d['evidence_ids'])}")
+        return head + f"decision{' (repaired)' if t == 'decision.repaired' else ''}: {what}\n" \
+                      f"{'':>19}summary: {e['decision_summary']}"
+    if t == "decision.invalid":
+        return head + f"invalid decision ({e['code']}): {e['error']}"
+    if t == "final.validated":
+        return head + ("final accepted" if e["accepted"] else f"final refused: {e['message']}")
+    if t == "tool.rejected":
+        return head + f"arguments rejected: {e['observation']['error']['message']}"
+    if t in ("tool.retry", "tool.failed"):
+        return head + f"{t} attempt {e['attempt']}: {e['error']['code']}: {e['error']['message']}"
+    if t == "tool.observation":
+        o = e["observation"]
+        body = (o.get("result") or {}).get("summary") or _short(
+            {k: v for k, v in (o.get("result") or {}).items() if k not in ("citations",)}) if o["ok"] else o["error"]
+        return head + f"observation {o['id']} ({'ok' if o['ok'] else 'FAILED'}): {_short(body)}"
+    if t.startswith("guard."):
+        return head + f"GUARD {t}: {_short({k: v for k, v in e.items() if k not in ('seq', 'type', 'step', 'attempt', 'phase', 'elapsed_ms')})}"
+    if t == "run.finished":
+        return f"run finished: {e['status']}/{e['stop_reason']}" + (f" ({e['error']['message']})" if e.get("error") else "")
+    return None
+
+
+def print_metrics(metrics: dict[str, Any] | None) -> None:
+    if not metrics:
+        print("metrics: N/A (the run never reached a decision)")
+        return
+
+    def pct(v: float | None) -> str:
+        return "N/A" if v is None else f"{v * 100:.0f}%"
+
+    def yes(v: bool | None) -> str:
+        return "N/A" if v is None else ("PASS" if v else "FAIL")
+
+    print("metrics:")
+    print(f"  Task Success            {yes(metrics['task_success'])}  {metrics.get('checks') or ''}")
+    print(f"  Valid Action Rate       {pct(metrics['valid_action_rate'])}")
+    print(f"  Tool/Argument Accuracy  {pct(metrics['tool_argument_accuracy'])}")
+    print(f"  Recovery Rate           {pct(metrics['recovery_rate'])}")
+    print(f"  Loop Rate               {pct(metrics['loop_rate'])}")
+    print(f"  Termination Correctness {yes(metrics['termination_correctness'])}")
+    print(f"  Steps / model calls / tool calls  {metrics['steps']} / {metrics['model_calls']} / {metrics['tool_calls']}")
+    print(f"  Latency  total {metrics['total_latency_ms'] / 1000:.2f}s, model {metrics['model_latency_ms'] / 1000:.2f}s, "
+          f"tools {metrics['tool_latency_ms'] / 1000:.3f}s")
+    print(f"  Tokens   {metrics['input_tokens']} in / {metrics['output_tokens']} out, "
+          f"cost units {metrics['cost_units']} (normalized, not money)")
+
+
+# -- commands -------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .model_policy import ModelUnavailable  # noqa: F401  (documented failure type)
+    from .runtime import run_agent
+
+    try:
+        pack = load_pack(args.pack)
+    except PackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    model = Path(args.model).expanduser() if args.model else default_model()
+    if model is None:
+        print("error: no local model found. Download one first, e.g.\n"
+              "  python download_model.py --preset qwen2.5-coder-1.5b-gguf\n"
+              "then run again (or pass --model PATH). Nothing was run.", file=sys.stderr)
+        return 2
+    budgets = Budgets(**{k: v for k, v in {
+        "max_steps": args.max_steps, "max_tool_calls": args.max_tool_calls, "max_seconds": args.max_seconds,
+        "temperature": args.temperature, "seed": args.seed}.items() if v is not None})
+
+    def load():
+        from .backends import load_policy
+        return load_policy(str(model), device=args.device, dtype=args.dtype, backend=args.backend)
+
+    run_id = "cli-" + secrets.token_hex(6)
+    artifact_dir = Path(args.runs_dir) / run_id / "artifacts"
+
+    def sink(event: dict[str, Any]) -> None:
+        if not args.json:
+            line = format_event(event)
+            if line:
+                print(line, flush=True)
+
+    outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode)
+    result = outcome.result
+    if args.json:
+        print(json.dumps({
+            "status": result.status,
+            "stop_reason": result.stop_reason,
+            "final": result.final.model_dump() if result.final else None,
+            "metrics": result.metrics.model_dump() if result.metrics else None,
+            "observations": [o.model_dump() for o in result.observations],
+            "error": result.error.model_dump() if result.error else None,
+            "run_id": run_id,
+        }, ensure_ascii=False))
+    else:
+        if result.final:
+            print(f"\nFINAL: {result.final.answer}\n  evidence: {', '.join(result.final.evidence_ids)}")
+        print_metrics(result.metrics.model_dump() if result.metrics else None)
+        print(f"artifacts: .runs/{run_id}/artifacts/" if artifact_dir.exists() else "")
+    return 0 if result.status == "completed" else 1
+
+
+def cmd_schemas(args: argparse.Namespace) -> int:
+    from .schemas import check_schemas, write_schemas
+
+    if args.write:
+        for path in write_schemas():
+            print(f"wrote {path.relative_to(PACKAGE_ROOT)}")
+        return 0
+    drift = check_schemas()
+    for name in drift:
+        print(f"drift: schemas/{name} differs from agent/contracts.py (run: python -m agent schemas --write)")
+    return 1 if drift else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent", description="ReAct Agent Local")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a task pack with a real local model")
+    run.add_argument("--pack", default=None, help="task pack name or directory (default: the package itself)")
+    run.add_argument("--model", default=None, help="GGUF file or model directory (default: the downloaded 1.5B)")
+    run.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
+    run.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    run.add_argument("--mode", default=None, choices=["guided", "free"], help="override the pack's mode")
+    run.add_argument("--max-steps", type=int, default=None)
+    run.add_argument("--max-tool-calls", type=int, default=None)
+    run.add_argument("--max-seconds", type=float, default=None)
+    run.add_argument("--temperature", type=float, default=None)
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--runs-dir", default=str(PACKAGE_ROOT / ".runs"))
+    run.add_argument("--json", action="store_true", help="print one JSON object instead of the trace")
+    run.set_defaults(func=cmd_run)
+    schemas = sub.add_parser("schemas", help="check (default) or --write schemas/*.json from contracts.py")
+    schemas.add_argument("--write", action="store_true")
+    schemas.set_defaults(func=cmd_schemas)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:  # pydantic budget errors and the like: operator input
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,238 @@
+"""The model-visible state (R-RT-9) and the state-specific branch with its prefix (R-DEC-3).
+
+The prompt is laid out append-only so consecutive steps share the longest possible prefix in the
+model's KV cache: a fixed system message, then the task, then Observations in the order they were
+made (the oldest drop out only after 10). Everything that changes every step -- the facts digest,
+the latest 4 feedback lines, the remaining budget and the instruction for this branch -- comes last.
+
+Ground truth (``data/expected.json``) never reaches this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .contracts import DECISION_ADAPTER, TOOL_ARGUMENTS, Observation
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+VISIBLE_OBSERVATIONS = 10
+VISIBLE_FEEDBACK = 4
+OBSERVATION_CHARS = 3000
+ANSWER_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 600}
+
+
+@lru_cache(maxsize=None)
+def prompt_text(name: str) -> str:
+    return (PROMPTS_DIR / f"{name}.md").read_text(encoding="utf-8").strip()
+
+
+@lru_cache(maxsize=None)
+def tool_hints() -> dict[str, str]:
+    hints = {}
+    for line in prompt_text("tool_hints").splitlines():
+        if line.startswith("#") or ":" not in line:
+            continue
+        tool, hint = line.split(":", 1)
+        hints[tool.strip()] = hint.strip()
+    return hints
+
+
+def tool_description(tool: str) -> str:
+    return " ".join((TOOL_ARGUMENTS[tool].__doc__ or tool).split())
+
+
+@lru_cache(maxsize=None)
+def argument_schema(tool: str) -> dict[str, Any]:
+    """The tool's argument schema as the model and the grammar see it (no titles, refs inlined)."""
+    return _compact_schema(TOOL_ARGUMENTS[tool].model_json_schema())
+
+
+def _compact_schema(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _compact_schema(v) for k, v in schema.items() if k not in ("title", "description")}
+    if isinstance(schema, list):
+        return [_compact_schema(v) for v in schema]
+    return schema
+
+
+@dataclass(frozen=True)
+class Branch:
+    """What the runtime asks for this step: an action for one tool, or a final (or a free choice)."""
+
+    kind: str  # "action" | "final" | "free"
+    tool: str | None = None
+    evidence_ids: tuple[str, ...] = ()
+
+    @property
+    def prefix(self) -> str:
+        if self.kind == "action":
+            return f'{{"type": "action", "tool": "{self.tool}", "arguments": '
+        if self.kind == "final":
+            return f'{{"type": "final", "evidence_ids": {json.dumps(list(self.evidence_ids))}, "answer": '
+        return ""
+
+    @property
+    def suffix(self) -> str:
+        return "}" if self.kind in ("action", "final") else ""
+
+    @property
+    def value_schema(self) -> dict[str, Any]:
+        if self.kind == "action":
+            return argument_schema(self.tool)
+        if self.kind == "final":
+            return ANSWER_SCHEMA
+        return free_decision_schema()
+
+    def summary(self) -> str:
+        """The public Decision Summary: written by the runtime from the current gap, never by the model."""
+        if self.kind == "action":
+            return {
+                "knowledge_search": "Facts or release rule missing: search the package knowledge.",
+                "calculator": "Exact arithmetic missing: compute it with the calculator from observed values.",
+                "plot": "Structured values ready: draw the chart with plot.",
+            }.get(self.tool, f"Next required tool: {self.tool}.")
+        if self.kind == "final":
+            return "All required observations present: answer with evidence."
+        return "Free mode: the model chooses the next tool or the final answer."
+
+
+@lru_cache(maxsize=None)
+def free_decision_schema() -> dict[str, Any]:
+    return DECISION_ADAPTER.json_schema()
+
+
+def system_message() -> str:
+    tool_list = "\n".join(f"- {name}: {tool_description(name)}" for name in TOOL_ARGUMENTS)
+    return prompt_text("system").format(tool_list=tool_list)
+
+
+def observation_line(obs: Observation) -> str:
+    """One Observation as the model sees it: compact JSON, at most ~3000 characters."""
+    if obs.ok:
+        body = _model_view_of_result(obs.tool, obs.result or {})
+        text = f"[{obs.id}] {obs.tool} ok: " + json.dumps(body, ensure_ascii=False, separators=(", ", ": "))
+    else:
+        error = obs.error.model_dump() if obs.error else {}
+        text = f"[{obs.id}] {obs.tool} FAILED: " + json.dumps(error, ensure_ascii=False)
+        if obs.attempted_arguments is not None:
+            text += " attempted_arguments=" + json.dumps(obs.attempted_arguments, ensure_ascii=False)[:400]
+    return text[:OBSERVATION_CHARS]
+
+
+def _model_view_of_result(tool: str, result: dict[str, Any]) -> dict[str, Any]:
+    # Retrieval evidence is kept as references plus a short excerpt: the parsed data carries the
+    # facts, and long chunk texts would cost seconds of prompt processing on a 2-core CPU.
+    if tool == "knowledge_search":
+        return {
+            "data": result.get("data"),
+            "citations": [
+                {"id": c.get("id"), "chunk_id": c.get("chunk_id"), "text": str(c.get("text", ""))[:160]}
+                for c in result.get("citations", [])
+            ],
+        }
+    if tool == "plot":
+        return {"spec": result.get("spec"), "artifact_id": (result.get("artifact") or {}).get("id")}
+    return {k: v for k, v in result.items() if k != "tool_latency_ms"}
+
+
+def facts_digest(observations: list[Observation]) -> list[str]:
+    """The facts a later step must copy, restated from the latest successful Observations."""
+    latest: dict[str, Observation] = {}
+    for obs in observations:
+        if obs.ok:
+            latest[obs.tool] = obs
+    lines = []
+    if "knowledge_search" in latest:
+        data = (latest["knowledge_search"].result or {}).get("data") or {}
+        batches = data.get("batches") or {}
+        rule = data.get("release_rule") or {}
+        names = ", ".join(f"{k} = {v}" for k, v in batches.items())
+        lines.append(f"- {latest['knowledge_search'].id}: {len(batches)} batches: {names}")
+        if rule:
+            lines.append(
+                f"- {latest['knowledge_search'].id}: release rule: average >= {rule.get('average_gte')} "
+                f"and every batch >= {rule.get('every_batch_gte')}"
+            )
+    if "calculator" in latest:
+        r = latest["calculator"].result or {}
+        lines.append(f"- {latest['calculator'].id}: calculator: {r.get('expression')} = {r.get('value')}")
+    if "plot" in latest:
+        spec = (latest["plot"].result or {}).get("spec") or {}
+        lines.append(f"- {latest['plot'].id}: plot drawn: {len(spec.get('labels', []))} bars, average line {spec.get('average')}")
+    return lines
+
+
+def build_messages(
+    goal: str,
+    observations: list[Observation],
+    feedback: list[str],
+    budget_left: dict[str, Any],
+    branch: Branch,
+    repair_error: str | None = None,
+) -> list[dict[str, str]]:
+    visible = observations[-VISIBLE_OBSERVATIONS:]
+    parts = [f"TASK: {goal}", "", "OBSERVATIONS (oldest first, written by the runtime):"]
+    parts += [observation_line(o) for o in visible] or ["(none yet)"]
+    parts.append("")
+    facts = facts_digest(observations)
+    if facts:
+        parts += ["FACTS (copy exactly):", *facts, ""]
+    if feedback:
+        parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in feedback[-VISIBLE_FEEDBACK:]), ""]
+    parts.append("BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in budget_left.items()))
+    parts.append("")
+    parts.append(branch_instruction(branch))
+    if repair_error is not None:
+        schema = json.dumps(full_decision_schema(branch), separators=(",", ":"))
+        parts += ["", prompt_text("repair").format(error=repair_error, schema=schema)]
+    return [
+        {"role": "system", "content": system_message()},
+        {"role": "user", "content": "\n".join(parts)},
+    ]
+
+
+def branch_instruction(branch: Branch) -> str:
+    if branch.kind == "action":
+        return prompt_text("action").format(
+            tool=branch.tool,
+            tool_description=tool_description(branch.tool),
+            schema=json.dumps(argument_schema(branch.tool), separators=(",", ":")),
+            tool_hint=tool_hints().get(branch.tool, ""),
+        )
+    if branch.kind == "final":
+        return prompt_text("final").format(evidence_ids=", ".join(branch.evidence_ids))
+    return (
+        "NEXT DECISION: choose. Either an action "
+        '{"type": "action", "tool": NAME, "arguments": {...}} or, when every required tool has a '
+        'successful Observation, a final {"type": "final", "answer": TEXT, "evidence_ids": [IDS]}.'
+    )
+
+
+def full_decision_schema(branch: Branch) -> dict[str, Any]:
+    if branch.kind == "action":
+        return {
+            "type": "object",
+            "properties": {
+                "type": {"const": "action"},
+                "tool": {"const": branch.tool},
+                "arguments": argument_schema(branch.tool),
+            },
+            "required": ["type", "tool", "arguments"],
+            "additionalProperties": False,
+        }
+    if branch.kind == "final":
+        return {
+            "type": "object",
+            "properties": {
+                "type": {"const": "final"},
+                "answer": ANSWER_SCHEMA,
+                "evidence_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            },
+            "required": ["type", "answer", "evidence_ids"],
+            "additionalProperties": False,
+        }
+    return free_decision_schema()

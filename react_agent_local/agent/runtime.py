@@ -1,0 +1,487 @@
+"""The controlled ReAct loop (SPEC §3; seed 000 §20).
+
+One outer step: budget check -> generate -> parse/repair -> validate -> guard -> dispatch/retry ->
+observe -> next. The model only proposes; this module decides what is asked, what runs, what is
+recorded and when the run ends. Every run ends with exactly one ``run.finished`` event.
+
+Faults by who is at fault:
+    model faults     bad JSON, unknown tool, bad arguments, premature Final -> feedback, loop goes on
+    tool faults      ToolError (retryable or not), timeouts                 -> failed Observation
+    operator faults  ModelUnavailable while loading                         -> failed/model_unavailable
+    anything else                                                           -> failed/runtime_error
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .contracts import (
+    TERMINAL_STATUS,
+    ActionDecision,
+    Budgets,
+    FinalDecision,
+    Observation,
+    RunResult,
+    ToolErrorInfo,
+)
+from .decisions import DecisionError, parse_decision
+from .metrics import RunRecord, compute_metrics
+from .model_policy import Generation, ModelRequest, ModelUnavailable, Policy
+from .packs import TaskPack
+from .prompting import Branch, build_messages
+from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, default_registry
+from .trace import Trace, sha256_text
+
+PolicySource = Policy | Callable[[], Policy]
+
+
+@dataclass
+class RunOutcome:
+    result: RunResult
+    events: list[dict[str, Any]]
+
+
+class _Stop(Exception):
+    """Ends the loop with a terminal stop_reason (internal control flow only)."""
+
+    def __init__(self, stop_reason: str, error: ToolErrorInfo | None = None):
+        self.stop_reason = stop_reason
+        self.error = error
+
+
+@dataclass
+class Usage:
+    steps: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_ms: float = 0.0
+    tool_ms: float = 0.0
+
+
+@dataclass
+class Guards:
+    """Canonical-signature counters of the loop guards (R-RT-6)."""
+
+    invalid_arguments: Counter = field(default_factory=Counter)
+    valid_actions: Counter = field(default_factory=Counter)
+    result_digests: Counter = field(default_factory=Counter)
+    premature_finals: int = 0
+    fired: bool = False
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+class Run:
+    """The state of one run; ``execute`` is the loop."""
+
+    def __init__(self, pack: TaskPack, policy: PolicySource, budgets: Budgets, *, artifact_dir: Path,
+                 cancel: threading.Event | None, sink: Callable[[dict[str, Any]], None] | None,
+                 tools: ToolRegistry | None, mode: str | None):
+        self.pack = pack
+        self.policy_source = policy
+        self.policy: Policy | None = None
+        self.budgets = budgets
+        self.tools = tools or default_registry()
+        self.mode = mode or pack.task.mode
+        self.cancel = cancel or threading.Event()
+        self.trace = Trace(sink)
+        self.ctx = ToolContext(knowledge_dir=pack.knowledge_dir, artifact_dir=Path(artifact_dir))
+        self.started = time.monotonic()
+        self.deadline = self.started + budgets.max_seconds
+        self.usage = Usage()
+        self.guards = Guards()
+        self.record = RunRecord()
+        self.observations: list[Observation] = []
+        self.feedback: list[str] = []
+        self.step = 0
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def execute(self) -> RunOutcome:
+        final: FinalDecision | None = None
+        error: ToolErrorInfo | None = None
+        try:
+            self.trace.emit("run.started", "run", task_id=self.pack.task.id, mode=self.mode,
+                            budgets=self.budgets.model_dump(), required_tools=list(self.pack.task.required_tools))
+            self._load_policy()
+            while True:
+                self._check_budgets_before_step()
+                self.step += 1
+                self.usage.steps += 1
+                branch = self._branch()
+                self.trace.emit("budget", "run", self.step, remaining=self._budget_left())
+                decision = self._decide(branch)
+                if isinstance(decision, FinalDecision):
+                    if self._accept_final(decision):
+                        final = decision
+                        raise _Stop("completed")
+                    continue
+                self._act(decision)
+        except _Stop as stop:
+            stop_reason, error = stop.stop_reason, stop.error
+        except Exception as exc:  # noqa: BLE001 -- the run must end with run.finished, whatever happened
+            stop_reason = "runtime_error"
+            error = ToolErrorInfo(code="runtime_error", message=f"{type(exc).__name__}: {exc}"[:300])
+        return self._finish(stop_reason, final, error)
+
+    # -- model ------------------------------------------------------------------------------
+
+    def _load_policy(self) -> None:
+        if not callable(self.policy_source) or hasattr(self.policy_source, "generate"):
+            self.policy = self.policy_source  # an already-loaded policy
+            return
+        self.trace.emit("model.load.started", "model")
+        started = time.perf_counter()
+        try:
+            self.policy = self.policy_source()
+        except ModelUnavailable as exc:
+            self.trace.emit("model.load.failed", "model", code=exc.code, message=exc.message)
+            raise _Stop("model_unavailable", ToolErrorInfo(code=exc.code, message=exc.message)) from None
+        self.trace.emit("model.load.completed", "model", model=self.policy.description.public(),
+                        load_ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def _generate(self, branch: Branch, attempt: int, repair_error: str | None) -> Generation:
+        purpose = "decision" if repair_error is None else "repair"
+        started_type, completed_type = (
+            ("model.started", "model.completed") if purpose == "decision"
+            else ("model.repair.started", "model.repair.completed"))
+        left = self.budgets.max_output_tokens - self.usage.output_tokens
+        request = ModelRequest(
+            messages=build_messages(self.pack.task.goal, self.observations, self.feedback,
+                                    self._budget_left(), branch, repair_error),
+            prefix=branch.prefix,
+            value_schema=branch.value_schema,
+            suffix=branch.suffix,
+            max_new_tokens=max(1, min(self.budgets.decision_max_new_tokens, left)),
+            temperature=self.budgets.temperature if purpose == "decision" else 0.0,
+            seed=self.budgets.seed,
+            deadline=self.deadline,
+            cancel=self.cancel,
+            purpose=purpose,
+        )
+        self.trace.emit(started_type, "model", self.step, attempt, branch=branch.kind, tool=branch.tool,
+                        max_new_tokens=request.max_new_tokens)
+        try:
+            generation = self.policy.generate(request)
+        except ModelUnavailable as exc:
+            self.trace.emit("model.failed", "model", self.step, attempt, code=exc.code, message=exc.message)
+            raise _Stop("model_unavailable", ToolErrorInfo(code=exc.code, message=exc.message)) from None
+        self.usage.model_calls += 1
+        self.usage.input_tokens += generation.input_tokens
+        self.usage.output_tokens += generation.output_tokens
+        self.usage.model_ms += generation.latency_ms
+        self.trace.emit(completed_type, "model", self.step, attempt,
+                        model=self.policy.description.public(),
+                        usage={"input_tokens": generation.input_tokens, "output_tokens": generation.output_tokens,
+                               "cached_tokens": generation.cached_tokens},
+                        latency_ms=round(generation.latency_ms, 3),
+                        output_sha256=sha256_text(generation.text), finish_reason=generation.finish_reason)
+        if generation.finish_reason == "cancelled" or self.cancel.is_set():
+            raise _Stop("cancelled")
+        if generation.finish_reason == "deadline" or time.monotonic() >= self.deadline:
+            raise _Stop("timeout")
+        if self._token_budget_spent():
+            raise _Stop("token_budget")
+        return generation
+
+    def _decide(self, branch: Branch) -> ActionDecision | FinalDecision:
+        """Generate one Decision, repairing it in the same step up to ``max_retries`` times."""
+        generation = self._generate(branch, 0, None)
+        try:
+            decision = parse_decision(branch.prefix, generation.text, branch.suffix)
+            self.trace.emit("decision.valid", "decision", self.step, decision=decision.model_dump(),
+                            decision_summary=self._summary(branch, decision))
+            return decision
+        except DecisionError as error:
+            self.trace.emit("decision.invalid", "decision", self.step, 0, **error.public())
+            self.record.recoverable += 1
+            last = error
+        for attempt in range(1, self.budgets.max_retries + 1):
+            self._check_time_and_tokens()
+            generation = self._generate(branch, attempt, f"{last.code}: {last.message}")
+            try:
+                decision = parse_decision(branch.prefix, generation.text, branch.suffix)
+            except DecisionError as error:
+                self.trace.emit("decision.invalid", "decision", self.step, attempt, **error.public())
+                last = error
+                continue
+            self.record.recovered += 1
+            self.trace.emit("decision.repaired", "decision", self.step, attempt, decision=decision.model_dump(),
+                            decision_summary=self._summary(branch, decision), repairs=attempt)
+            return decision
+        raise _Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
+
+    # -- final ------------------------------------------------------------------------------
+
+    def _accept_final(self, decision: FinalDecision) -> bool:
+        """The evidence gate (R-RT-7). A premature Final becomes feedback for the next step."""
+        known = {o.id for o in self.observations}
+        latest_ok = {}
+        for obs in self.observations:
+            if obs.ok:
+                latest_ok[obs.tool] = obs.id
+        problems = []
+        unknown = [i for i in decision.evidence_ids if i not in known]
+        if unknown:
+            problems.append(f"evidence_ids cite observations that do not exist: {', '.join(unknown[:5])}"[:300])
+        for tool in self.pack.task.required_tools:
+            if tool not in latest_ok:
+                problems.append(f"no successful {tool} observation yet")
+            elif latest_ok[tool] not in decision.evidence_ids:
+                problems.append(f"evidence_ids must cite the latest successful {tool} observation {latest_ok[tool]}")
+        accepted = not problems
+        message = "final accepted" if accepted else "premature final: " + "; ".join(problems)
+        self.trace.emit("final.validated", "final", self.step, accepted=accepted, message=message,
+                        evidence_ids=decision.evidence_ids)
+        if accepted:
+            self._mark_progress()
+            self.record.final_step = self.step
+            return True
+        self.record.recoverable += 1
+        self.record.pending_recoverable += 1
+        self.feedback.append(message)
+        self.guards.premature_finals += 1
+        if self.guards.premature_finals >= self.budgets.repeated_action_limit:
+            self._fire_guard("guard.no_progress", code="repeated_premature_final",
+                             count=self.guards.premature_finals)
+        return False
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def _act(self, decision: ActionDecision) -> None:
+        """Validate, guard and dispatch one action; append exactly one Observation."""
+        self.record.action_attempts += 1
+        tool = decision.tool
+        try:
+            arguments = self.tools.validate(tool, decision.arguments)
+        except ArgumentError as error:
+            self._reject(decision, error)
+            return
+        normalized = arguments.model_dump()
+        self.record.valid_actions += 1
+        self._mark_progress()
+
+        signature = canonical({"tool": tool, "arguments": normalized})
+        self.guards.valid_actions[signature] += 1
+        if self.guards.valid_actions[signature] >= self.budgets.repeated_action_limit:
+            # The repeated valid action is not dispatched again.
+            self._fire_guard("guard.loop_detected", repeated_action={"tool": tool, "arguments": normalized},
+                             count=self.guards.valid_actions[signature])
+
+        result, error, attempt = self._dispatch_with_retry(tool, arguments, normalized)
+        obs = self._observe(tool, result, error)
+        if result is not None:
+            self.record.successes.append((obs.id, tool, result))
+            digest = canonical({"tool": tool, "digest": self.tools.get(tool).digest(result)})
+            self.guards.result_digests[digest] += 1
+            if self.guards.result_digests[digest] >= self.budgets.no_progress_limit:
+                self._fire_guard("guard.no_progress", code="repeated_result", tool=tool,
+                                 count=self.guards.result_digests[digest])
+
+    def _reject(self, decision: ActionDecision, error: ArgumentError) -> None:
+        """Argument rejection (R-RT-4): a failed Observation and feedback; no tool call is spent."""
+        obs = self._append_observation(
+            decision.tool, ok=False, error=ToolErrorInfo(code="invalid_arguments", message=error.message),
+            attempted_arguments=decision.arguments)
+        fields = error.bad_fields + error.missing + error.unexpected
+        feedback = (f"{obs.id}: arguments for {decision.tool} were rejected ({error.message}). "
+                    f"Fix the field(s) {', '.join(fields) or 'named above'} and follow the schema.")
+        self.feedback.append(feedback[:600])
+        self.trace.emit("tool.rejected", "validate", self.step, observation=obs.model_dump(),
+                        bad_fields=error.bad_fields, missing_fields=error.missing,
+                        unexpected_fields=error.unexpected,
+                        state_delta={"observation_count": len(self.observations)})
+        self.record.recoverable += 1
+        self.record.pending_recoverable += 1
+        signature = canonical({"tool": decision.tool, "arguments": decision.arguments})
+        self.guards.invalid_arguments[signature] += 1
+        if self.guards.invalid_arguments[signature] >= self.budgets.repeated_action_limit:
+            self._fire_guard("guard.no_progress", code="repeated_invalid_arguments", tool=decision.tool,
+                             validator_error=obs.error.model_dump(), count=self.guards.invalid_arguments[signature])
+
+    def _dispatch_with_retry(self, tool: str, arguments: Any, normalized: dict[str, Any]):
+        """Run the tool; replay the same action on retryable errors (R-RT-5). Returns (result, error, attempt)."""
+        pending_retries = 0
+        for attempt in range(1, self.budgets.max_retries + 2):
+            self._check_before_dispatch()
+            self.usage.tool_calls += 1
+            self.trace.emit("tool.started", "tool", self.step, attempt, tool=tool, arguments=normalized)
+            try:
+                result = self._run_tool_attempt(tool, arguments)
+            except ToolError as error:
+                info = ToolErrorInfo(code=error.code, message=error.message[:500], retryable=error.retryable)
+                can_retry = error.retryable and attempt <= self.budgets.max_retries
+                if error.code == "deadline_exceeded":
+                    self.trace.emit("tool.failed", "tool", self.step, attempt, tool=tool, error=info.model_dump())
+                    self._observe(tool, None, info)
+                    raise _Stop("timeout") from None
+                self.trace.emit("tool.retry" if can_retry else "tool.failed", "tool", self.step, attempt,
+                                tool=tool, error=info.model_dump())
+                if not can_retry:
+                    return None, info, attempt
+                self.record.recoverable += 1
+                pending_retries += 1
+                continue
+            self.record.recovered += pending_retries
+            return result, None, attempt
+        raise AssertionError("unreachable: the last attempt never retries")
+
+    def _run_tool_attempt(self, tool: str, arguments: Any) -> dict[str, Any]:
+        """One attempt in a worker thread, waited on for min(tool timeout, time left).
+
+        A Python thread cannot be killed: a timed-out attempt is abandoned (its late result is
+        ignored) and recorded as ``tool_timeout``.
+        """
+        spec = self.tools.get(tool)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box["result"] = spec.run(arguments, self.ctx)
+            except ToolError as exc:
+                box["error"] = exc
+            except Exception as exc:  # noqa: BLE001 -- a tool bug is a non-retryable tool error
+                box["error"] = ToolError("tool_crashed", f"{tool} raised {type(exc).__name__}", retryable=False)
+            finally:
+                done.set()
+
+        started = time.monotonic()
+        wait_until = min(started + spec.timeout_seconds, self.deadline)
+        threading.Thread(target=work, name=f"tool-{tool}", daemon=True).start()
+        while not done.wait(timeout=max(0.0, min(0.05, wait_until - time.monotonic()))):
+            if self.cancel.is_set():
+                self.usage.tool_ms += (time.monotonic() - started) * 1000
+                raise _Stop("cancelled")
+            if time.monotonic() >= wait_until:
+                break
+        self.usage.tool_ms += (time.monotonic() - started) * 1000
+        if not done.is_set():
+            if time.monotonic() >= self.deadline:
+                raise ToolError("deadline_exceeded", "the run's deadline passed while the tool ran", retryable=False)
+            raise ToolError("tool_timeout", f"{tool} did not finish within {spec.timeout_seconds:g} s", retryable=True)
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    def _observe(self, tool: str, result: dict[str, Any] | None, error: ToolErrorInfo | None) -> Observation:
+        obs = self._append_observation(tool, ok=result is not None, result=result, error=error)
+        self.trace.emit("tool.observation", "observation", self.step, observation=obs.model_dump(),
+                        state_delta={"observation_count": len(self.observations)})
+        if error is not None:
+            self.feedback.append(f"{obs.id}: {tool} failed ({error.code}): {error.message}"[:600])
+        return obs
+
+    def _append_observation(self, tool: str, *, ok: bool, result: dict[str, Any] | None = None,
+                            error: ToolErrorInfo | None = None,
+                            attempted_arguments: dict[str, Any] | None = None) -> Observation:
+        # R-RT-10: n is the position in the whole observation list.
+        obs = Observation(id=f"obs-{tool}-{len(self.observations) + 1}", tool=tool, ok=ok, result=result,
+                          error=error, attempted_arguments=attempted_arguments)
+        self.observations.append(obs)
+        self.record.observations.append(obs)
+        return obs
+
+    # -- guards and budgets -----------------------------------------------------------------
+
+    def _fire_guard(self, event_type: str, **payload: Any) -> None:
+        self.guards.fired = True
+        self.record.guard_fired = True
+        self.trace.emit(event_type, "run", self.step, **payload)
+        raise _Stop("loop_detected")
+
+    def _mark_progress(self) -> None:
+        """A valid action or an accepted Final recovers the pending model faults before it."""
+        self.record.recovered += self.record.pending_recoverable
+        self.record.pending_recoverable = 0
+
+    def _token_budget_spent(self) -> bool:
+        return (self.usage.input_tokens >= self.budgets.max_input_tokens
+                or self.usage.output_tokens >= self.budgets.max_output_tokens)
+
+    def _check_time_and_tokens(self) -> None:
+        if self.cancel.is_set():
+            raise _Stop("cancelled")
+        if time.monotonic() >= self.deadline:
+            raise _Stop("timeout")
+        if self._token_budget_spent():
+            raise _Stop("token_budget")
+
+    def _check_budgets_before_step(self) -> None:
+        self._check_time_and_tokens()
+        if self.usage.steps >= self.budgets.max_steps:
+            raise _Stop("max_steps")
+        if self._branch().kind == "action" and self.usage.tool_calls >= self.budgets.max_tool_calls:
+            raise _Stop("tool_budget")  # guided mode knows the next step needs a tool
+
+    def _check_before_dispatch(self) -> None:
+        self._check_time_and_tokens()
+        if self.usage.tool_calls >= self.budgets.max_tool_calls:
+            raise _Stop("tool_budget")
+
+    def _budget_left(self) -> dict[str, Any]:
+        return {
+            "steps": self.budgets.max_steps - self.usage.steps,
+            "tool_calls": self.budgets.max_tool_calls - self.usage.tool_calls,
+            "seconds": max(0, round(self.deadline - time.monotonic())),
+            "input_tokens": self.budgets.max_input_tokens - self.usage.input_tokens,
+            "output_tokens": self.budgets.max_output_tokens - self.usage.output_tokens,
+        }
+
+    # -- branch -----------------------------------------------------------------------------
+
+    def _branch(self) -> Branch:
+        """Guided mode (§5): the first required tool without a successful Observation, else Final."""
+        if self.mode == "free":
+            return Branch("free")
+        latest_ok: dict[str, str] = {}
+        for obs in self.observations:
+            if obs.ok:
+                latest_ok[obs.tool] = obs.id
+        for tool in self.pack.task.required_tools:
+            if tool not in latest_ok:
+                return Branch("action", tool=tool)
+        return Branch("final", evidence_ids=tuple(latest_ok[t] for t in self.pack.task.required_tools))
+
+    def _summary(self, branch: Branch, decision: ActionDecision | FinalDecision) -> str:
+        if branch.kind != "free":
+            return branch.summary()
+        if isinstance(decision, FinalDecision):
+            return "Model proposes the final answer; the evidence gate decides."
+        return f"Model chose {decision.tool}; the runtime validates the arguments before any dispatch."
+
+    # -- end --------------------------------------------------------------------------------
+
+    def _finish(self, stop_reason: str, final: FinalDecision | None, error: ToolErrorInfo | None) -> RunOutcome:
+        status = TERMINAL_STATUS[stop_reason]
+        metrics = None
+        if stop_reason not in ("model_unavailable", "runtime_error"):
+            self.record.usage = self.usage
+            self.record.total_ms = (time.monotonic() - self.started) * 1000
+            metrics = compute_metrics(self.pack, self.record, stop_reason, final)
+        result = RunResult(status=status, stop_reason=stop_reason, final=final, metrics=metrics,
+                           observations=self.observations, error=error)
+        self.trace.emit("run.finished", "run", self.step, status=status, stop_reason=stop_reason,
+                        final=final.model_dump() if final else None,
+                        metrics=metrics.model_dump() if metrics else None,
+                        error=error.model_dump() if error else None, trace_dropped=self.trace.dropped)
+        return RunOutcome(result=result, events=self.trace.events)
+
+
+def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = None, *, artifact_dir: Path,
+              cancel: threading.Event | None = None, sink: Callable[[dict[str, Any]], None] | None = None,
+              tools: ToolRegistry | None = None, mode: str | None = None) -> RunOutcome:
+    """Run one task to a terminal state. ``policy`` may be a loaded Policy or a loader callable."""
+    run = Run(pack, policy, budgets or Budgets(), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
+              tools=tools, mode=mode)
+    return run.execute()
