@@ -1,0 +1,489 @@
+"""The runtime loop driven by the scripted test policy: normal chain, recovery, guards, budgets,
+terminal matrix, evidence gate, metrics and trace privacy. No model download needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.backends.scripted import ScriptedPolicy, Slow
+from agent.contracts import Budgets
+from agent.model_policy import ModelUnavailable
+from agent.packs import PACKAGE_ROOT, load_pack
+from agent.runtime import run_agent
+from agent.tools import Tool, ToolError, default_registry
+from runtime_helpers import chain_outputs, events_of, run_scripted, types
+
+GOLDEN = Path(__file__).parent / "golden" / "normal_chain.json"
+DEFAULT = load_pack(None)
+ALT = load_pack("release_hold")
+KNOWLEDGE = json.dumps({"query": "batch results and release rule", "top_k": 3})
+
+
+def chain(answer=None, pack=DEFAULT):
+    return chain_outputs(pack, answer)
+
+
+def normalize(events):
+    """Golden-trace normalization: drop times and latencies, replace random artifact ids/hashes."""
+    volatile = {"elapsed_ms", "latency_ms", "tool_latency_ms", "model_latency_ms", "total_latency_ms",
+                "load_ms", "seconds"}
+
+    def clean(value, key=None):
+        if isinstance(value, dict):
+            if key == "artifact":
+                return {"id": "<artifact>", "media_type": value["media_type"], "bytes": "<bytes>", "sha256": "<sha>"}
+            if key == "remaining":
+                return {k: v for k, v in value.items() if k != "seconds"}
+            return {k: clean(v, k) for k, v in value.items() if k not in volatile}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if key == "artifact_id":
+            return "<artifact>"
+        return value
+
+    return [clean(e) for e in events]
+
+
+# -- normal chain -------------------------------------------------------------------------------
+
+def test_normal_chain_matches_golden_trace(tmp_path):
+    outcome, _ = run_scripted(chain(), tmp_path)
+    assert (outcome.result.status, outcome.result.stop_reason) == ("completed", "completed")
+    got = normalize(outcome.events)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert got == json.loads(GOLDEN.read_text(encoding="utf-8"))
+
+
+def test_normal_chain_metrics_and_evidence(tmp_path):
+    outcome, policy = run_scripted(chain(), tmp_path)
+    result, m = outcome.result, outcome.result.metrics
+    assert [o.id for o in result.observations] == ["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3"]
+    assert result.final.evidence_ids == [o.id for o in result.observations]
+    assert m.task_success is True and all(m.checks.values())
+    assert (m.valid_action_rate, m.tool_argument_accuracy, m.loop_rate) == (1.0, 1.0, 0.0)
+    assert m.recovery_rate is None  # nothing failed: N/A, not 0
+    assert m.termination_correctness is True
+    assert (m.steps, m.model_calls, m.tool_calls, m.action_attempts) == (4, 4, 3, 3)
+    assert m.input_tokens == sum(e["usage"]["input_tokens"] for e in events_of(outcome, "model.completed")) > 0
+    assert m.cost_units == round((m.input_tokens + 2 * m.output_tokens) / 1000, 4)
+    # The artifact exists where the runtime put it, and the trace holds metadata only.
+    art = result.observations[2].result["artifact"]
+    png = tmp_path / "artifacts" / f"{art['id']}.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size == art["bytes"]
+    # The guided prefix: the model only completed argument values and the answer text.
+    assert policy.requests[0].prefix.startswith('{"type": "action", "tool": "knowledge_search"')
+    assert '"evidence_ids": ["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3"]' in policy.requests[3].prefix
+
+
+def test_expected_json_is_not_in_any_prompt(tmp_path):
+    outcome, policy = run_scripted(chain(), tmp_path)
+    prompts = "\n".join(m["content"] for r in policy.requests for m in r.messages)
+    assert "expected.json" not in prompts and "must_include" not in prompts and "release_eligible" not in prompts
+
+
+def test_consecutive_prompts_share_a_growing_prefix(tmp_path):
+    _, policy = run_scripted(chain(), tmp_path)
+    texts = ["".join(m["content"] for m in r.messages) for r in policy.requests]
+    for earlier, later in zip(texts, texts[1:]):
+        common = os.path.commonprefix([earlier, later])
+        assert common.count("\n[obs-") == earlier.count("\n[obs-")  # every earlier Observation is in the shared prefix
+
+
+# -- Decision repair ---------------------------------------------------------------------------
+
+def test_invalid_json_is_repaired_in_the_same_step(tmp_path):
+    outputs = chain()
+    outputs.insert(1, '{"expression": "(72 + 78')  # broken JSON, then the repair
+    outcome, policy = run_scripted(outputs, tmp_path)
+    assert outcome.result.stop_reason == "completed"
+    assert "decision.invalid" in types(outcome) and "decision.repaired" in types(outcome)
+    assert events_of(outcome, "model.repair.started")[0]["step"] == 2
+    assert "(72 + 78" not in "".join(m["content"] for m in policy.requests[2].messages)  # invalid text not echoed
+    m = outcome.result.metrics
+    assert m.steps == 4 and m.model_calls == 5 and m.recovery_rate == 1.0
+
+
+def test_repair_exhausted_fails_invalid_decision(tmp_path):
+    outcome, _ = run_scripted([KNOWLEDGE, "not json", "still not", "nope"], tmp_path,
+                              budgets=Budgets(max_retries=2))
+    assert (outcome.result.status, outcome.result.stop_reason) == ("failed", "invalid_decision")
+    assert len(events_of(outcome, "decision.invalid")) == 3
+    assert outcome.result.metrics.termination_correctness is True
+    assert outcome.result.metrics.recovery_rate == 0.0
+
+
+def test_extra_reasoning_field_is_an_invalid_decision(tmp_path):
+    outputs = chain()
+    outputs.insert(1, '{"expression": "1 + 1"}, "reasoning": "secret chain of thought"}')
+    outcome, _ = run_scripted(outputs, tmp_path)
+    invalid = events_of(outcome, "decision.invalid")[0]
+    assert invalid["code"] == "unexpected_fields" and invalid["unexpected_fields"] == 1
+    assert "secret chain of thought" not in json.dumps(outcome.events)
+    assert outcome.result.stop_reason == "completed"
+
+
+def test_unknown_tool_is_an_invalid_decision_not_a_tool_failure(tmp_path):
+    outputs = ['{"type": "action", "tool": "shell", "arguments": {"cmd": "ls"}}',
+               '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 + 1"}}']
+    outcome, _ = run_scripted(outputs + ['{"type": "final", "answer": "2", "evidence_ids": ["obs-calculator-1"]}'],
+                              tmp_path, mode="free", budgets=Budgets(max_steps=2), complete=False)
+    assert events_of(outcome, "decision.invalid")[0]["code"] == "unknown_tool"
+    assert events_of(outcome, "tool.started")[0]["tool"] == "calculator"
+    assert outcome.result.metrics.action_attempts == 1  # the unknown tool never became an action
+
+
+# -- argument rejection ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("step,bad", [
+    (1, {"query": "batches", "top_k": 8}),
+    (2, {"formula": "(72 + 78 + 81 + 85) / 4"}),
+    (3, {"labels": ["Batch A", "Batch B"], "values": [72, 78, 81], "title": "x"}),
+])
+def test_invalid_arguments_are_rejected_then_corrected(tmp_path, step, bad):
+    outputs = chain()
+    outputs.insert(step - 1, json.dumps(bad))
+    outcome, _ = run_scripted(outputs, tmp_path)
+    rejected = events_of(outcome, "tool.rejected")[0]
+    obs = rejected["observation"]
+    assert obs["ok"] is False and obs["error"]["code"] == "invalid_arguments"
+    assert obs["attempted_arguments"] == bad
+    result, m = outcome.result, outcome.result.metrics
+    assert result.stop_reason == "completed" and m.task_success is True
+    assert m.tool_calls == 3  # a rejection is not a tool call
+    assert m.steps == 5 and m.recovery_rate == 1.0 and m.valid_action_rate == 0.75
+    # The observation ids count every Observation, rejected ones included.
+    assert result.final.evidence_ids[-1] == "obs-plot-4"
+
+
+def test_rejection_feedback_names_the_field(tmp_path):
+    outputs = chain()
+    outputs.insert(1, json.dumps({"formula": "1+1"}))
+    _, policy = run_scripted(outputs, tmp_path)
+    prompt = policy.requests[2].messages[-1]["content"]
+    assert "RUNTIME FEEDBACK" in prompt and "formula" in prompt and "expression" in prompt
+
+
+def test_calculator_errors_become_failed_observations(tmp_path):
+    outputs = chain()
+    outputs.insert(1, json.dumps({"expression": "1/0"}))
+    outputs.insert(2, json.dumps({"expression": "9" * 31 + " * 2"}))
+    outcome, _ = run_scripted(outputs, tmp_path)
+    failed = [e["observation"]["error"]["code"] for e in events_of(outcome, "tool.observation")
+              if not e["observation"]["ok"]]
+    assert failed[0] == "calculator_division_by_zero" and failed[1].startswith("calculator_")
+    assert outcome.result.stop_reason == "completed"
+
+
+# -- tool retry and timeouts --------------------------------------------------------------------
+
+def flaky_registry(failures: int, code="knowledge_read_failed", retryable=True, sleep=0.0, timeout=None):
+    registry = default_registry()
+    real = registry.get("knowledge_search")
+    calls = {"n": 0}
+
+    def run(args, ctx):
+        calls["n"] += 1
+        if calls["n"] <= failures:
+            if sleep:
+                time.sleep(sleep)
+            raise ToolError(code, "transient read failure (test)", retryable=retryable)
+        return real.run(args, ctx)
+
+    registry.register(Tool("knowledge_search", real.args_model, run, real.digest,
+                           timeout_seconds=timeout or real.timeout_seconds))
+    return registry, calls
+
+
+def test_retryable_tool_error_then_success(tmp_path):
+    registry, calls = flaky_registry(failures=1)
+    outcome, _ = run_scripted(chain(), tmp_path, tools=registry)
+    assert calls["n"] == 2 and "tool.retry" in types(outcome)
+    started = events_of(outcome, "tool.started")
+    assert [(e["step"], e["attempt"]) for e in started[:2]] == [(1, 1), (1, 2)]
+    m = outcome.result.metrics
+    assert m.tool_calls == 4 and m.steps == 4 and m.recovery_rate == 1.0 and m.task_success is True
+
+
+def test_tool_timeout_is_retried(tmp_path):
+    registry = default_registry()
+    real = registry.get("knowledge_search")
+    calls = {"n": 0}
+
+    def slow_once(args, ctx):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            time.sleep(0.5)
+        return real.run(args, ctx)
+
+    registry.register(Tool("knowledge_search", real.args_model, slow_once, real.digest, timeout_seconds=0.2))
+    outcome, _ = run_scripted(chain(), tmp_path, tools=registry)
+    retry = events_of(outcome, "tool.retry")[0]
+    assert retry["error"]["code"] == "tool_timeout" and retry["error"]["retryable"] is True
+    assert outcome.result.stop_reason == "completed"
+
+
+def test_retries_exhausted_gives_a_failed_observation(tmp_path):
+    registry, calls = flaky_registry(failures=99)
+    outcome, _ = run_scripted([KNOWLEDGE, KNOWLEDGE], tmp_path, tools=registry,
+                              budgets=Budgets(max_retries=2, repeated_action_limit=2))
+    assert calls["n"] == 3  # first attempt + 2 retries, then the same action is blocked by the loop guard
+    obs = events_of(outcome, "tool.observation")[0]["observation"]
+    assert obs["ok"] is False and obs["error"]["code"] == "knowledge_read_failed"
+    assert [e["type"] for e in outcome.events if e["type"].startswith("tool.")].count("tool.retry") == 2
+    assert outcome.result.stop_reason == "loop_detected"
+
+
+def test_total_deadline_hit_mid_tool(tmp_path):
+    registry, _ = flaky_registry(failures=1, sleep=5.0, timeout=30)
+    started = time.monotonic()
+    outcome, _ = run_scripted([KNOWLEDGE], tmp_path, tools=registry, budgets=Budgets(max_seconds=0.6))
+    assert time.monotonic() - started < 3
+    assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "timeout")
+    assert events_of(outcome, "tool.failed")[0]["error"]["code"] == "deadline_exceeded"
+
+
+# -- budgets -------------------------------------------------------------------------------------
+
+def test_max_steps(tmp_path):
+    outputs = ['{"type": "action", "tool": "calculator", "arguments": {"expression": "1 + %d"}}' % i for i in range(3)]
+    outcome, _ = run_scripted(outputs, tmp_path, mode="free", budgets=Budgets(max_steps=3))
+    assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "max_steps")
+    assert outcome.result.metrics.steps == 3 and outcome.result.metrics.task_success is False
+    assert outcome.result.metrics.termination_correctness is True
+
+
+def test_tool_budget(tmp_path):
+    outcome, _ = run_scripted(chain()[:2], tmp_path, budgets=Budgets(max_tool_calls=2))
+    assert outcome.result.stop_reason == "tool_budget"
+    assert outcome.result.metrics.tool_calls == 2
+
+
+def test_tool_budget_counts_retries(tmp_path):
+    registry, _ = flaky_registry(failures=5)
+    outcome, _ = run_scripted([KNOWLEDGE], tmp_path, tools=registry, budgets=Budgets(max_tool_calls=2))
+    assert outcome.result.stop_reason == "tool_budget" and outcome.result.metrics.tool_calls == 2
+
+
+def test_token_budget(tmp_path):
+    outcome, _ = run_scripted(chain()[:1], tmp_path, budgets=Budgets(max_input_tokens=50))
+    assert outcome.result.stop_reason == "token_budget"
+    assert "tool.started" not in types(outcome)  # stopped after the model call, before dispatch
+
+
+def test_output_budget_tightens_max_new_tokens(tmp_path):
+    outcome, policy = run_scripted(chain(), tmp_path, budgets=Budgets(max_output_tokens=200, decision_max_new_tokens=256))
+    assert policy.requests[0].max_new_tokens == 200
+    assert policy.requests[1].max_new_tokens < 200
+
+
+def test_timeout_during_model_call(tmp_path):
+    outcome, _ = run_scripted([Slow(KNOWLEDGE, 5.0)], tmp_path, budgets=Budgets(max_seconds=0.3))
+    assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "timeout")
+
+
+# -- loop guards --------------------------------------------------------------------------------
+
+def test_repeated_valid_action_is_not_dispatched(tmp_path):
+    action = '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 + 1"}}'
+    outcome, _ = run_scripted([action] * 3, tmp_path, mode="free", budgets=Budgets(repeated_action_limit=3))
+    assert outcome.result.stop_reason == "loop_detected"
+    assert len(events_of(outcome, "tool.started")) == 2  # the third identical action never ran
+    guard = events_of(outcome, "guard.loop_detected")[0]
+    assert guard["repeated_action"] == {"tool": "calculator", "arguments": {"expression": "1 + 1"}}
+    m = outcome.result.metrics
+    assert m.loop_rate == round(1 / 3, 4) and m.termination_correctness is True
+
+
+def test_repeated_invalid_arguments(tmp_path):
+    outcome, _ = run_scripted(["{}", "{}"], tmp_path, budgets=Budgets(repeated_action_limit=2))
+    guard = events_of(outcome, "guard.no_progress")[0]
+    assert guard["code"] == "repeated_invalid_arguments"
+    assert outcome.result.stop_reason == "loop_detected" and outcome.result.metrics.tool_calls == 0
+
+
+def test_repeated_result_digest(tmp_path):
+    outputs = ['{"type": "action", "tool": "knowledge_search", "arguments": {"query": "%s"}}' % q
+               for q in ("batches", "release rule", "task success")]
+    outcome, _ = run_scripted(outputs, tmp_path, mode="free", budgets=Budgets(no_progress_limit=3))
+    guard = events_of(outcome, "guard.no_progress")[0]
+    assert guard["code"] == "repeated_result" and outcome.result.stop_reason == "loop_detected"
+    assert len(events_of(outcome, "tool.started")) == 3
+
+
+def test_repeated_premature_final(tmp_path):
+    final = '{"type": "final", "answer": "79, done", "evidence_ids": ["obs-knowledge_search-1"]}'
+    outcome, _ = run_scripted([final, final], tmp_path, mode="free", budgets=Budgets(repeated_action_limit=2))
+    assert events_of(outcome, "guard.no_progress")[0]["code"] == "repeated_premature_final"
+    assert all(not e["accepted"] for e in events_of(outcome, "final.validated"))
+    assert outcome.result.stop_reason == "loop_detected" and outcome.result.final is None
+
+
+# -- evidence gate and grading -------------------------------------------------------------------
+
+def free_chain(pack=DEFAULT):
+    outputs = chain(pack=pack)
+    return [json.dumps({"type": "action", "tool": t, "arguments": json.loads(a)})
+            for t, a in zip(("knowledge_search", "calculator", "plot"), outputs[:3])], json.loads(outputs[3])
+
+
+@pytest.mark.parametrize("evidence,problem", [
+    (["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-9"], "do not exist"),
+    (["obs-knowledge_search-1", "obs-calculator-2"], "latest successful plot"),
+])
+def test_final_citing_missing_evidence_is_premature(tmp_path, evidence, problem):
+    actions, answer = free_chain()
+    bad = json.dumps({"type": "final", "answer": answer, "evidence_ids": evidence})
+    good = json.dumps({"type": "final", "answer": answer,
+                       "evidence_ids": ["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3"]})
+    outcome, policy = run_scripted(actions + [bad, good], tmp_path, mode="free")
+    refused = events_of(outcome, "final.validated")[0]
+    assert refused["accepted"] is False and problem in refused["message"]
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.recovery_rate == 1.0
+    assert problem in policy.requests[4].messages[-1]["content"]  # the refusal became feedback
+
+
+def test_final_citing_a_stale_observation(tmp_path):
+    actions, answer = free_chain()
+    second_calc = json.dumps({"type": "action", "tool": "calculator", "arguments": {"expression": "(72+78+81+85)/4"}})
+    stale = json.dumps({"type": "final", "answer": answer,
+                        "evidence_ids": ["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3"]})
+    outcome, _ = run_scripted(actions + [second_calc, stale], tmp_path, mode="free",
+                              budgets=Budgets(max_steps=5))
+    refused = events_of(outcome, "final.validated")[0]
+    assert refused["accepted"] is False and "obs-calculator-4" in refused["message"]
+    assert outcome.result.stop_reason == "max_steps"
+
+
+def test_causal_order_violated_completes_but_fails_task_success(tmp_path):
+    actions, answer = free_chain()
+    reordered = [actions[1], actions[0], actions[2]]  # calculator before knowledge_search
+    final = json.dumps({"type": "final", "answer": answer,
+                        "evidence_ids": ["obs-calculator-1", "obs-knowledge_search-2", "obs-plot-3"]})
+    outcome, _ = run_scripted(reordered + [final], tmp_path, mode="free")
+    m = outcome.result.metrics
+    assert outcome.result.stop_reason == "completed" and m.termination_correctness is True
+    assert m.task_success is False and m.checks["causal_order"] is False
+    assert m.tool_argument_accuracy == 1.0
+
+
+def test_wrong_calculator_value_fails_task_success(tmp_path):
+    outputs = chain()
+    outputs[1] = json.dumps({"expression": "(72 + 78 + 81 + 85) / 3"})
+    outcome, _ = run_scripted(outputs, tmp_path)
+    m = outcome.result.metrics
+    assert outcome.result.stop_reason == "completed"
+    assert m.task_success is False and m.checks["calculator_correct"] is False
+    assert m.tool_argument_accuracy == round(2 / 3, 4)
+
+
+def test_wrong_verdict_fails_task_success(tmp_path):
+    outcome, _ = run_scripted(chain("The average is 79, the lowest is 72; it does not meet the release rule."), tmp_path)
+    assert outcome.result.metrics.task_success is False
+    assert outcome.result.metrics.checks["answer_verdict_correct"] is False
+
+
+# -- the alternative pack -------------------------------------------------------------------------
+
+def test_alternative_pack_runs_and_is_graded_through_the_same_code(tmp_path):
+    outcome, policy = run_scripted(chain(pack=ALT), tmp_path, pack=ALT)
+    expected = ALT.load_expected()
+    m = outcome.result.metrics
+    assert outcome.result.stop_reason == "completed" and m.task_success is True, m.checks
+    data = outcome.result.observations[0].result["data"]
+    assert data["batches"] == expected["knowledge"]["batches"] != DEFAULT.load_expected()["knowledge"]["batches"]
+    assert outcome.result.observations[1].result["value"] == expected["calculator"]["value"]
+    assert expected["final"]["release_eligible"] is False
+    assert ALT.task.goal in policy.requests[0].messages[-1]["content"]
+
+
+def test_alternative_pack_with_the_default_packs_answer_fails(tmp_path):
+    outcome, _ = run_scripted(chain("The average is 79 and the lowest is 72, so it meets the release rule.", pack=ALT),
+                              tmp_path, pack=ALT)
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is False
+
+
+# -- cancellation and the terminal matrix ---------------------------------------------------------
+
+def test_cancel_while_running(tmp_path):
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    outcome, _ = run_scripted([KNOWLEDGE, Slow(chain()[1], 10.0)], tmp_path, cancel=cancel)
+    assert (outcome.result.status, outcome.result.stop_reason) == ("cancelled", "cancelled")
+    assert outcome.result.metrics.termination_correctness is True and outcome.result.metrics.task_success is False
+
+
+def test_model_unavailable_while_loading(tmp_path):
+    def loader():
+        raise ModelUnavailable("model 'qwen.gguf' is not a GGUF file")
+
+    outcome = run_agent(DEFAULT, loader, Budgets(), artifact_dir=tmp_path)
+    assert (outcome.result.status, outcome.result.stop_reason) == ("failed", "model_unavailable")
+    assert outcome.result.metrics is None and outcome.events[-1]["metrics"] is None
+    assert [e["type"] for e in outcome.events] == ["run.started", "model.load.started", "model.load.failed", "run.finished"]
+
+
+def test_policy_crash_is_a_runtime_error_with_run_finished(tmp_path):
+    class Broken:
+        description = ScriptedPolicy([]).description
+
+        def generate(self, request):
+            raise RuntimeError("boom")
+
+    outcome = run_agent(DEFAULT, Broken(), Budgets(), artifact_dir=tmp_path)
+    assert (outcome.result.status, outcome.result.stop_reason) == ("failed", "runtime_error")
+    assert outcome.events[-1]["type"] == "run.finished" and outcome.result.metrics is None
+
+
+def test_zero_denominators_are_null(tmp_path):
+    outcome, _ = run_scripted(["not json", "no", "nope"], tmp_path)
+    m = outcome.result.metrics
+    assert m.action_attempts == 0
+    assert m.valid_action_rate is None and m.tool_argument_accuracy is None and m.loop_rate is None
+    assert m.recovery_rate == 0.0  # one registered recoverable failure, none recovered
+
+
+# -- trace ---------------------------------------------------------------------------------------
+
+def test_no_absolute_path_or_raw_model_text_in_any_event(tmp_path):
+    secret = "PRIVATE-MODEL-TEXT-4242"
+    outputs = chain(f"The average is 79, the lowest 72, meets the release rule. /home/alice/notes {secret}")
+    outputs.insert(0, '{"query": "x"} trailing ' + secret)
+    outcome, _ = run_scripted(outputs, tmp_path)
+    dump = json.dumps(outcome.events)
+    assert str(tmp_path) not in dump and str(PACKAGE_ROOT) not in dump and "/home/alice" not in dump
+    assert "trailing " + secret not in dump
+    for event in outcome.events:
+        for key in ("seq", "type", "step", "attempt", "phase", "elapsed_ms"):
+            assert key in event
+    completed = events_of(outcome, "model.completed")
+    assert all(len(e["output_sha256"]) == 64 for e in completed)
+
+
+def test_trace_is_capped_at_800_events_and_keeps_run_finished(tmp_path):
+    action = '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 + %d"}}'
+    outputs = [action % i for i in range(50)]
+    outcome, _ = run_scripted(outputs, tmp_path, mode="free",
+                              budgets=Budgets(max_steps=50, max_tool_calls=50, no_progress_limit=8))
+    from agent.trace import Trace
+
+    trace = Trace(max_events=20)
+    for i in range(40):
+        trace.emit("budget", "run", i)
+    trace.emit("run.finished", "run", status="completed")
+    assert len(trace.events) == 20 and trace.events[-1]["type"] == "run.finished" and trace.dropped == 21
+    assert trace.events[0]["seq"] == 22
+    assert outcome.result.stop_reason == "max_steps" and len(outcome.events) <= 800
+
+
+def test_committed_schemas_match_contracts():
+    from agent.schemas import check_schemas
+
+    assert check_schemas() == [], "run: python -m agent schemas --write"
