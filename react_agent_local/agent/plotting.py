@@ -1,0 +1,150 @@
+"""plot: render one bar chart to a PNG artifact with matplotlib (R-TOOL-3, SECURITY.md 16-17).
+
+Labels, title and axis label come from the model, so they are treated as untrusted text:
+
+* Math text and TeX are off (``text.parse_math`` / ``text.usetex`` False for the whole render, and
+  ``parse_math=False`` on every Text we create), so ``$$``, ``Ba$$in``, ``$x^2'$`` or
+  ``"$" + "{" * 500 + "$"`` are drawn literally instead of reaching the mathtext parser.
+* Figure size and DPI are fixed here (6.4 x 4 in at 100 dpi), never taken from the arguments.
+* Labels are cut to 40 characters for display (title 120, y label 60). The contract already bounds
+  them; the cut keeps a caller that bypasses ``PlotArgs`` validation bounded too. The returned
+  ``spec`` keeps the caller's labels unchanged, since metrics compare them to ground truth.
+* We use the object API (``matplotlib.figure.Figure`` + the Agg canvas) rather than pyplot, whose
+  global figure registry is not thread-safe; a module lock serialises renders because matplotlib's
+  font cache and rcParams are process-global. The figure is released in ``finally``.
+
+The PNG goes to ``artifact_dir/<artifact id>.png`` with id ``art-`` + 16 random hex characters. The
+result carries only metadata (id, media type, byte count, SHA-256), never the image bytes or a path.
+Any failure while rendering or writing becomes ``ToolError("plot_render_failed", retryable=False)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import secrets
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+from .contracts import PlotArgs
+from .tools import ToolError
+
+FIGURE_SIZE_IN = (6.4, 4.0)
+FIGURE_DPI = 100
+MAX_BARS = 20
+LABEL_CHARS = 40
+TITLE_CHARS = 120
+Y_LABEL_CHARS = 60
+
+_render_lock = threading.Lock()
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _number(value: float) -> int | float:
+    """72.0 -> 72 for the spec; non-integral values stay floats."""
+    value = float(value)
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
+
+
+def _fmt(value: int | float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.4g}"
+
+
+def normalized_spec(args: PlotArgs) -> dict[str, Any]:
+    """The chart as data: what the page redraws and what metrics and the no-progress guard compare."""
+    labels, values = list(args.labels), list(args.values)
+    if not 1 <= len(labels) <= MAX_BARS or len(labels) != len(values):
+        raise ToolError("plot_render_failed", f"need 1..{MAX_BARS} labels with one value each", retryable=False)
+    numbers = values + ([args.average] if args.average is not None else [])
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in numbers):
+        raise ToolError("plot_render_failed", "values and average must be finite numbers", retryable=False)
+    return {
+        "kind": "bar",
+        "labels": [str(label) for label in labels],
+        "values": [_number(v) for v in values],
+        "average": _number(args.average) if args.average is not None else None,
+        "title": str(args.title),
+        "y_label": str(args.y_label),
+    }
+
+
+def _render_png(spec: dict[str, Any]) -> bytes:
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        # Only matters if someone later imports pyplot in this process; never switch a live backend.
+        matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    safe_text = {"parse_math": False, "usetex": False}
+    with matplotlib.rc_context({"text.usetex": False, "text.parse_math": False}):
+        fig = Figure(figsize=FIGURE_SIZE_IN, dpi=FIGURE_DPI, layout="constrained")
+        try:
+            FigureCanvasAgg(fig)
+            ax = fig.add_subplot()
+            positions = list(range(len(spec["values"])))
+            bars = ax.bar(positions, spec["values"], color="#4C78A8")
+            display = [_cut(label, LABEL_CHARS) for label in spec["labels"]]
+            crowded = len(display) > 6 or any(len(label) > 12 for label in display)
+            ax.set_xticks(positions)
+            ax.set_xticklabels(
+                display, rotation=40 if crowded else 0, ha="right" if crowded else "center",
+                rotation_mode="anchor", fontsize=7 if len(display) > 8 else 9, **safe_text,
+            )
+            ax.margins(y=0.12)  # headroom for the value labels above the tallest bar
+            for bar, value in zip(bars, spec["values"]):
+                ax.annotate(
+                    _fmt(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    xytext=(0, 2), textcoords="offset points", ha="center",
+                    va="bottom" if value >= 0 else "top", fontsize=8, **safe_text,
+                )
+            if spec["average"] is not None:
+                ax.axhline(spec["average"], color="#E45756", linestyle="--", linewidth=1.5,
+                           label=f"average {_fmt(spec['average'])}")
+                ax.legend(loc="lower right", fontsize=8)
+            title = textwrap.fill(_cut(spec["title"], TITLE_CHARS), width=70, max_lines=2, placeholder="…")
+            ax.set_title(title, fontsize=11, **safe_text)
+            ax.set_ylabel(_cut(spec["y_label"], Y_LABEL_CHARS), **safe_text)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=FIGURE_DPI)
+            return buffer.getvalue()
+        finally:
+            fig.clear()
+
+
+def render_bar_chart(args: PlotArgs, artifact_dir: Path) -> dict[str, Any]:
+    """Draw the bar chart, store the PNG in ``artifact_dir`` and return spec + artifact metadata."""
+    spec = normalized_spec(args)
+    try:
+        with _render_lock:
+            png = _render_png(spec)
+        artifact_id = "art-" + secrets.token_hex(8)
+        artifact_dir = Path(artifact_dir)
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        with open(artifact_dir / f"{artifact_id}.png", "xb") as handle:
+            handle.write(png)
+    except ToolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any renderer or disk failure is a tool failure
+        raise ToolError("plot_render_failed", f"could not render the chart ({type(exc).__name__})", retryable=False) from None
+    average = f" with an average line at {_fmt(spec['average'])}" if spec["average"] is not None else ""
+    bars = ", ".join(f"{label}={_fmt(value)}" for label, value in zip(spec["labels"][:10], spec["values"][:10]))
+    more = ", ..." if len(spec["labels"]) > 10 else ""
+    return {
+        "spec": spec,
+        "artifact": {
+            "id": artifact_id,
+            "media_type": "image/png",
+            "bytes": len(png),
+            "sha256": hashlib.sha256(png).hexdigest(),
+        },
+        "summary": f"bar chart '{_cut(spec['title'], 60)}' of {len(spec['labels'])} bars ({bars}{more}){average}",
+    }
