@@ -1,0 +1,476 @@
+"""The runner's job store: a FIFO queue served by one worker thread, with persisted traces (R-API).
+
+Jobs run one at a time (one model in memory). Each job has its own cancel ``Event``. The runtime
+hands every event to the job's sink as it happens; the store appends it under a lock, so a poller
+using ``after_seq`` sees the run grow, and readers always get copies. What leaves the store is
+public: the model's name and path hash, never its path.
+
+On disk, ``<runs_dir>/<run-id>/`` holds ``job.json`` (the request minus the model path, status and
+result), ``events.jsonl`` (appended as events arrive) and ``artifacts/`` (the plot PNGs). A restarted
+runner reloads finished jobs; a job that was queued or running when the process died is sealed as
+failed/runtime_error with its own ``run.finished``. Retention keeps the newest ``max_runs`` jobs and
+at most ``max_bytes`` on disk, deleting the oldest finished ones first.
+
+The HTTP side only ever takes the lock for a moment: it never waits on the model or a tool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import re
+import secrets
+import shutil
+import stat
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .contracts import TERMINAL_STATUS, Budgets, RunRequest
+from .packs import load_pack
+from .trace import MAX_EVENTS, redact, strip_hidden_reasoning
+
+log = logging.getLogger(__name__)
+
+RUN_ID = re.compile(r"^run-[0-9a-f]{12}$")
+ARTIFACT_ID = re.compile(r"^art-[0-9a-f]{16}$")
+TERMINAL = frozenset(TERMINAL_STATUS.values())
+MAX_ARTIFACT_BYTES = 20 * 1024 * 1024
+STOPPED_MESSAGE = "runner stopped before the run finished"
+
+#: run_agent's signature (agent/runtime.py); injectable so tests can drive the store directly.
+RunFunction = Callable[..., Any]
+#: RunRequest -> Policy, or a zero-argument callable the runtime calls to load the model.
+PolicyFactory = Callable[[RunRequest], Any]
+
+
+class JobNotFound(LookupError):
+    """No job with that id (or the id is malformed)."""
+
+
+class JobAlreadyFinished(Exception):
+    """The job is terminal; it cannot be cancelled any more."""
+
+
+class QueueFull(Exception):
+    """Too many jobs are waiting; the caller should retry later."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Job:
+    id: str
+    created_at: str
+    request: dict[str, Any]  # public: pack, budgets, device, dtype, backend (no model path)
+    model: dict[str, Any]  # public: name, path_hash, test_policy
+    status: str = "queued"
+    stop_reason: str | None = None
+    final: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    cancel_requested: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+    last_seq: int = 0
+    dropped_events: int = 0
+    finished_event: bool = False
+    artifact_ids: list[str] = field(default_factory=list)
+    disk_bytes: int = 0
+    cancel: threading.Event = field(default_factory=threading.Event)
+    run_request: RunRequest | None = None  # in memory only, dropped when the job ends
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def record(self) -> dict[str, Any]:
+        """What job.json holds."""
+        return {
+            "id": self.id,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "request": self.request,
+            "model": self.model,
+            "final": self.final,
+            "metrics": self.metrics,
+            "error": self.error,
+            "cancel_requested": self.cancel_requested,
+            "dropped_events": self.dropped_events,
+        }
+
+
+def _find_artifact_ids(value: Any, found: list[str]) -> None:
+    if isinstance(value, dict):
+        art = value.get("artifact")
+        if isinstance(art, dict) and isinstance(art.get("id"), str) and ARTIFACT_ID.match(art["id"]):
+            if art["id"] not in found:
+                found.append(art["id"])
+        for v in value.values():
+            if isinstance(v, (dict, list)):
+                _find_artifact_ids(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _find_artifact_ids(v, found)
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class JobStore:
+    def __init__(
+        self,
+        runs_dir: Path,
+        run_fn: RunFunction,
+        policy_factory: PolicyFactory,
+        *,
+        max_runs: int = 200,
+        max_bytes: int = 500 * 1024 * 1024,
+        max_queued: int = 100,
+    ):
+        self.runs_dir = Path(runs_dir)
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self._run_fn = run_fn
+        self._policy_factory = policy_factory
+        self.max_runs = max_runs
+        self.max_bytes = max_bytes
+        self.max_queued = max_queued
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}  # insertion order == creation order
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._queued_ids: list[str] = []
+        self._running_id: str | None = None
+        self._closed = False
+        self._load_existing()
+        self._enforce_retention()
+        self._worker = threading.Thread(target=self._work, name="agent-job-worker", daemon=True)
+        self._worker.start()
+
+    # ---------------------------------------------------------------- public API (HTTP side)
+
+    def submit(self, run_request: RunRequest, model: dict[str, Any]) -> dict[str, Any]:
+        budgets = run_request.budgets
+        if run_request.temperature is not None:
+            budgets = budgets.model_copy(update={"temperature": run_request.temperature})
+        public_request = {
+            "pack": run_request.pack or "default",
+            "device": run_request.device,
+            "dtype": run_request.dtype,
+            "backend": run_request.backend,
+            "budgets": budgets.model_dump(),
+        }
+        with self._lock:
+            if self._closed:
+                raise QueueFull("the runner is shutting down")
+            if len(self._queued_ids) >= self.max_queued:
+                raise QueueFull(f"{len(self._queued_ids)} jobs are already queued; try again later")
+            job_id = self._new_id()
+            job = Job(id=job_id, created_at=_now(), request=public_request, model=dict(model),
+                      run_request=run_request)
+            self._job_dir(job_id).joinpath("artifacts").mkdir(parents=True, exist_ok=True)
+            self._persist(job)
+            self._jobs[job_id] = job
+            self._queued_ids.append(job_id)
+            view = self._view(job, 0)
+        self._queue.put(job_id)
+        return view
+
+    def view(self, job_id: str, after_seq: int = 0) -> dict[str, Any]:
+        with self._lock:
+            return self._view(self._get(job_id), after_seq)
+
+    def list_recent(self, limit: int = 50) -> list[dict[str, Any]]:
+        with self._lock:
+            jobs = list(self._jobs.values())[-limit:]
+            return [self._summary(job) for job in reversed(jobs)]
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a queued job (sealed here) or signal a running one (the runtime stops at its next wait)."""
+        with self._lock:
+            job = self._get(job_id)
+            if job.terminal:
+                raise JobAlreadyFinished(f"job {job.id} already finished ({job.status}/{job.stop_reason})")
+            job.cancel_requested = True
+            job.cancel.set()
+            if job.status == "queued":
+                self._queued_ids.remove(job.id)
+                # A queued job never reached the runtime: no metrics, one run.finished of its own.
+                self._seal(job, "cancelled", "cancelled", error=None)
+            else:
+                self._persist(job)
+            return self._view(job, job.last_seq)
+
+    def artifact_path(self, job_id: str, artifact_id: str) -> Path:
+        """The PNG of ``artifact_id`` if it belongs to ``job_id``; JobNotFound otherwise."""
+        if not ARTIFACT_ID.match(artifact_id):
+            raise JobNotFound("unknown artifact")
+        with self._lock:
+            job = self._get(job_id)
+            if artifact_id not in job.artifact_ids:
+                raise JobNotFound("unknown artifact")
+        path = self._job_dir(job_id) / "artifacts" / f"{artifact_id}.png"
+        try:
+            st = os.lstat(path)
+        except OSError:
+            raise JobNotFound("artifact file is missing") from None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ARTIFACT_BYTES:
+            raise JobNotFound("artifact file is missing")
+        return path
+
+    @property
+    def queue_length(self) -> int:
+        with self._lock:
+            return len(self._queued_ids)
+
+    @property
+    def running_id(self) -> str | None:
+        with self._lock:
+            return self._running_id
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop taking jobs, cancel the running one and wait briefly for the worker."""
+        with self._lock:
+            self._closed = True
+            if self._running_id is not None:
+                self._jobs[self._running_id].cancel.set()
+        self._queue.put(None)
+        self._worker.join(timeout)
+
+    # ---------------------------------------------------------------- the worker
+
+    def _work(self) -> None:
+        while True:
+            job_id = self._queue.get()
+            if job_id is None:
+                return
+            with self._lock:
+                job = self._jobs.get(job_id)
+                if self._closed:
+                    return
+                if job is None or job.status != "queued":  # cancelled while queued, or deleted
+                    continue
+                self._queued_ids.remove(job_id)
+                job.status = "running"
+                job.started_at = _now()
+                self._running_id = job_id
+                self._persist(job)
+            try:
+                self._execute(job)
+            finally:
+                with self._lock:
+                    self._running_id = None
+            self._enforce_retention()
+
+    def _execute(self, job: Job) -> None:
+        def sink(event: dict[str, Any]) -> None:
+            with self._lock:
+                self._append(job, event)
+
+        try:
+            assert job.run_request is not None
+            pack = load_pack(job.request["pack"])
+            budgets = Budgets.model_validate(job.request["budgets"])
+            policy = self._policy_factory(job.run_request)
+            outcome = self._run_fn(pack, policy, budgets, artifact_dir=self._job_dir(job.id) / "artifacts",
+                                   cancel=job.cancel, sink=sink)
+            result = outcome.result
+            dump = lambda m: redact(m.model_dump(mode="json")) if m is not None else None  # noqa: E731
+            with self._lock:
+                self._seal(job, result.status, result.stop_reason, error=dump(result.error),
+                           final=dump(result.final), metrics=dump(result.metrics))
+        except Exception as exc:  # the runtime should never raise; if it does, the job still ends
+            log.exception("job %s failed outside the runtime", job.id)
+            with self._lock:
+                self._seal(job, "failed", "runtime_error",
+                           error={"code": "runtime_error", "message": f"runtime error ({type(exc).__name__})",
+                                  "retryable": False})
+
+    # ---------------------------------------------------------------- internals (lock held)
+
+    def _new_id(self) -> str:
+        while True:
+            job_id = "run-" + secrets.token_hex(6)
+            if job_id not in self._jobs and not self._job_dir(job_id).exists():
+                return job_id
+
+    def _job_dir(self, job_id: str) -> Path:
+        return self.runs_dir / job_id
+
+    def _get(self, job_id: str) -> Job:
+        if not isinstance(job_id, str) or not RUN_ID.match(job_id):
+            raise JobNotFound("malformed run id")
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise JobNotFound("no such run")
+        return job
+
+    def _append(self, job: Job, event: dict[str, Any], persist: bool = True) -> None:
+        """Store one event; exactly one run.finished per job, events after it are ignored."""
+        if job.finished_event or not isinstance(event.get("seq"), int) or event["seq"] <= job.last_seq:
+            return
+        event = strip_hidden_reasoning(event)
+        job.events.append(event)
+        job.last_seq = event["seq"]
+        if len(job.events) > MAX_EVENTS:  # run.finished is always the newest, so it is never dropped
+            del job.events[0]
+            job.dropped_events += 1
+        _find_artifact_ids(event, job.artifact_ids)
+        if event.get("type") == "run.finished":
+            job.finished_event = True
+            # Pollers see the terminal state with the event; _seal confirms it from the RunResult.
+            status = event.get("status")
+            if status in TERMINAL:
+                job.status = status
+                job.stop_reason = event.get("stop_reason")
+                job.final = event.get("final")
+                job.metrics = event.get("metrics")
+                job.error = event.get("error")
+                job.finished_at = job.finished_at or _now()
+        if persist:
+            try:
+                with open(self._job_dir(job.id) / "events.jsonl", "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(event, ensure_ascii=False) + "\n")
+            except OSError:
+                log.warning("cannot append to the event log of %s", job.id)
+
+    def _seal(self, job: Job, status: str, stop_reason: str, *, error: dict[str, Any] | None,
+              final: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> None:
+        """Make the job terminal; add its run.finished if the runtime did not emit one."""
+        if not job.finished_event:
+            self._append(job, {
+                "seq": job.last_seq + 1, "type": "run.finished", "step": 0, "attempt": 0, "phase": "run",
+                "elapsed_ms": 0.0, "status": status, "stop_reason": stop_reason, "final": final,
+                "metrics": metrics, "error": error,
+            })
+        job.status, job.stop_reason = status, stop_reason
+        job.final, job.metrics, job.error = final, metrics, error
+        job.finished_at = job.finished_at or _now()
+        job.run_request = None  # forget the model path
+        self._persist(job)
+        job.disk_bytes = _dir_bytes(self._job_dir(job.id))
+
+    def _persist(self, job: Job) -> None:
+        try:
+            _write_json_atomic(self._job_dir(job.id) / "job.json", job.record())
+        except OSError:
+            log.warning("cannot write job.json of %s", job.id)
+
+    def _summary(self, job: Job) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "status": job.status,
+            "stop_reason": job.stop_reason,
+            "terminal": job.terminal,
+            "created_at": job.created_at,
+            "started_at": job.started_at,
+            "finished_at": job.finished_at,
+            "model": dict(job.model),
+            "test_policy": bool(job.model.get("test_policy")),
+            "pack": job.request.get("pack"),
+            "last_seq": job.last_seq,
+            "cancel_requested": job.cancel_requested,
+            "queue_position": (self._queued_ids.index(job.id) + 1) if job.status == "queued" else None,
+        }
+
+    def _view(self, job: Job, after_seq: int) -> dict[str, Any]:
+        view = self._summary(job)
+        # Events are never mutated after they are stored, so a new list of them is a safe copy.
+        view["events"] = [e for e in job.events if e["seq"] > after_seq]
+        view.update({
+            "dropped_events": job.dropped_events,
+            "request": json.loads(json.dumps(job.request)),
+            "final": job.final,
+            "metrics": job.metrics if job.terminal else None,
+            "error": job.error,
+            "artifacts": list(job.artifact_ids),
+        })
+        return view
+
+    # ---------------------------------------------------------------- startup and retention
+
+    def _load_existing(self) -> None:
+        loaded: list[Job] = []
+        for child in self.runs_dir.iterdir():
+            if not RUN_ID.match(child.name) or child.is_symlink() or not child.is_dir():
+                continue
+            try:
+                loaded.append(self._load_job(child))
+            except (OSError, ValueError, KeyError, TypeError):
+                log.warning("skipping unreadable run folder %s", child.name)
+        for job in sorted(loaded, key=lambda j: j.created_at):
+            self._jobs[job.id] = job
+
+    def _load_job(self, folder: Path) -> Job:
+        record = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+        if record.get("id") != folder.name:
+            raise ValueError("job.json does not match its folder")
+        job = Job(id=folder.name, created_at=str(record["created_at"]), request=dict(record["request"]),
+                  model=dict(record["model"]), cancel_requested=bool(record.get("cancel_requested")))
+        job.started_at = record.get("started_at")
+        job.dropped_events = int(record.get("dropped_events") or 0)
+        events_file = folder / "events.jsonl"
+        if events_file.is_file():
+            with open(events_file, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    try:
+                        event = json.loads(line)
+                    except ValueError:  # a line cut short by a crash
+                        continue
+                    if isinstance(event, dict):
+                        self._append(job, event, persist=False)
+        status = record.get("status")
+        if status in TERMINAL:
+            job.status = status
+            job.stop_reason, job.final = record.get("stop_reason"), record.get("final")
+            job.metrics, job.error = record.get("metrics"), record.get("error")
+            job.finished_at = record.get("finished_at")
+            if not job.finished_event:
+                self._seal(job, status, job.stop_reason or "runtime_error", error=job.error,
+                           final=job.final, metrics=job.metrics)
+        elif job.finished_event:  # died after run.finished but before job.json caught up
+            self._persist(job)
+        else:
+            self._seal(job, "failed", "runtime_error",
+                       error={"code": "runtime_error", "message": STOPPED_MESSAGE, "retryable": False})
+        job.disk_bytes = _dir_bytes(folder)
+        return job
+
+    def _enforce_retention(self) -> None:
+        with self._lock:
+            finished = [j for j in self._jobs.values() if j.terminal]  # oldest first
+            count = len(self._jobs)
+            total = sum(j.disk_bytes for j in self._jobs.values())
+            victims = []
+            for job in finished:
+                if count <= self.max_runs and total <= self.max_bytes:
+                    break
+                victims.append(job)
+                count -= 1
+                total -= job.disk_bytes
+                del self._jobs[job.id]
+        for job in victims:
+            shutil.rmtree(self._job_dir(job.id), ignore_errors=True)

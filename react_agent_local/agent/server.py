@@ -1,0 +1,629 @@
+"""The loopback Runner (R-API): FastAPI on 127.0.0.1:4890, one agent job at a time.
+
+Any web page the user opens can send requests to a loopback port, so the browser boundary comes
+first (``BrowserBoundary``, a pure ASGI middleware that runs before routing): Host allowlist against
+DNS rebinding, exact Origin allowlist for CORS, JSON content type on every write, only GET/POST/
+OPTIONS, request bodies of at most 256 KiB counted while they stream. No GET changes state.
+
+Every error that crosses HTTP has the shape ``{"error": {"code", "message"}}`` with a stable code:
+bad_request, not_found, forbidden_host, forbidden_origin, method_not_allowed, unsupported_media_type,
+payload_too_large, validation_error, already_finished, model_unavailable, unknown_pack, queue_full,
+runner_busy, internal_error.
+
+``REACT_AGENT_TEST_POLICY=<script.json>`` (read by ``main`` only) swaps the model for the scripted
+test policy; every job and ``/status`` then say ``test_policy: true`` and the model is named
+``scripted-test-policy``, so such a run can never pass for a real one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import re
+import stat
+import sys
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import __version__
+from .contracts import RECOMMENDED_BUDGETS, Budgets, InspectRequest, RunRequest
+from .job_store import JobAlreadyFinished, JobNotFound, JobStore, PolicyFactory, QueueFull, RunFunction
+from .model_policy import ModelUnavailable
+from .packs import PACKAGE_ROOT, PackError, available_packs, load_pack
+from .schemas import decision_schema, tool_registry
+from .trace import path_hash, redact
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 4890
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+DEFAULT_ORIGINS = ("http://127.0.0.1:8017", "http://localhost:8017")
+MAX_BODY_BYTES = 256 * 1024
+TEST_POLICY_ENV = "REACT_AGENT_TEST_POLICY"
+TEST_POLICY_NAME = "scripted-test-policy"
+DEPENDENCIES = {  # import name -> distribution name; read from metadata, never imported here
+    "fastapi": "fastapi",
+    "pydantic": "pydantic",
+    "matplotlib": "matplotlib",
+    "llama_cpp": "llama-cpp-python",
+    "torch": "torch",
+    "transformers": "transformers",
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+# --------------------------------------------------------------------------------------------
+# Settings and errors
+# --------------------------------------------------------------------------------------------
+
+
+def default_policy_factory(request: RunRequest) -> Callable[[], Any]:
+    """Load (or reuse) the real model inside the run, so the HTTP side never waits on it."""
+
+    def load() -> Any:
+        try:
+            from .backends import load_policy
+        except ImportError as exc:
+            raise ModelUnavailable(f"model backends cannot be imported ({type(exc).__name__})") from None
+        return load_policy(request.model_path, request.device, request.dtype, request.backend)
+
+    return load
+
+
+def _default_run_fn(*args: Any, **kwargs: Any) -> Any:
+    from .runtime import run_agent
+
+    return run_agent(*args, **kwargs)
+
+
+@dataclass
+class RunnerSettings:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    allow_origins: tuple[str, ...] = DEFAULT_ORIGINS
+    runs_dir: Path = PACKAGE_ROOT / ".runs"
+    max_runs: int = 200
+    max_run_bytes: int = 500 * 1024 * 1024
+    max_queued: int = 100
+    max_body_bytes: int = MAX_BODY_BYTES
+    policy_factory: PolicyFactory = field(default=default_policy_factory)
+    run_fn: RunFunction = field(default=_default_run_fn)
+    #: True when policy_factory is a scripted test policy: jobs are labelled and no model path is needed.
+    test_policy: bool = False
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body."""
+
+    error: ErrorDetail
+
+
+class ValidateArgumentsRequest(BaseModel):
+    """Body of POST /schema/validate (Experiment 2): one tool name and its candidate arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=64)
+    arguments: dict[str, Any]
+
+
+_STATUS_CODES = {
+    400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
+    413: "payload_too_large", 415: "unsupported_media_type", 421: "forbidden_host", 422: "validation_error",
+    429: "queue_full", 500: "internal_error", 503: "unavailable",
+}
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (400, 403, 404, 405, 409, 413, 415, 421, 422, 429)
+}
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse(error_body(code, message, **extra), status_code=status)
+
+
+# --------------------------------------------------------------------------------------------
+# Browser boundary (pure ASGI: rejects before routing and counts body bytes as they arrive)
+# --------------------------------------------------------------------------------------------
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BrowserBoundary:
+    WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+    ALLOWED_METHODS = frozenset({"GET", "POST", "OPTIONS"})
+
+    def __init__(self, app: Any, *, port: int, allow_origins: tuple[str, ...], max_body_bytes: int):
+        self.app = app
+        self.hosts = {f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]")}
+        self.origins = frozenset(allow_origins)
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websockets here
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        headers: dict[str, list[str]] = {}
+        for key, value in scope.get("headers", []):
+            headers.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+
+        hosts = headers.get("host", [])
+        if len(hosts) != 1 or hosts[0].strip().lower() not in self.hosts:
+            await self._reject(send, 421, "forbidden_host",
+                               "Host must be 127.0.0.1, localhost or [::1] with this runner's port")
+            return
+        origins = headers.get("origin", [])
+        origin = origins[0] if len(origins) == 1 else None
+        if origins and origin not in self.origins:
+            await self._reject(send, 403, "forbidden_origin", "this Origin is not allowed to call the runner")
+            return
+        cors = [(b"vary", b"Origin")]
+        if origin is not None:
+            cors.append((b"access-control-allow-origin", origin.encode("latin-1")))
+
+        method = scope["method"]
+        if method == "OPTIONS":
+            await self._preflight(send, headers, cors)
+            return
+        if method in self.WRITE_METHODS:
+            media = headers.get("content-type", [""])
+            if len(media) != 1 or not _is_json_media_type(media[0]):
+                await self._reject(send, 415, "unsupported_media_type",
+                                   "writes need Content-Type: application/json", cors)
+                return
+        if method not in self.ALLOWED_METHODS:
+            await self._reject(send, 405, "method_not_allowed", f"{method} is not supported; use GET or POST",
+                               cors + [(b"allow", b"GET, POST, OPTIONS")])
+            return
+        if method == "POST":
+            declared = headers.get("content-length", [])
+            if declared:
+                if len(declared) != 1 or not declared[0].strip().isdigit():
+                    await self._reject(send, 400, "bad_request", "invalid Content-Length", cors)
+                    return
+                if int(declared[0]) > self.max_body_bytes:
+                    await self._reject(send, 413, "payload_too_large",
+                                       f"request bodies are limited to {self.max_body_bytes} bytes", cors)
+                    return
+            try:
+                body = await self._read_body(receive)
+            except _BodyTooLarge:
+                await self._reject(send, 413, "payload_too_large",
+                                   f"request bodies are limited to {self.max_body_bytes} bytes", cors)
+                return
+            if body is None:  # the client went away
+                return
+            receive = _replay(body, receive)
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = list(message.get("headers", [])) + cors + _SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    async def _read_body(self, receive: Callable) -> bytes | None:
+        """Read at most max_body_bytes; stop reading (and refuse) as soon as the stream exceeds it."""
+        chunks, total = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_body_bytes:
+                raise _BodyTooLarge()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _preflight(self, send: Callable, headers: dict[str, list[str]], cors: list) -> None:
+        if not any(name == b"access-control-allow-origin" for name, _ in cors):  # no Origin: not a preflight
+            await self._send(send, 204, b"", cors + [(b"allow", b"GET, POST, OPTIONS")])
+            return
+        requested = headers.get("access-control-request-method", [""])[0].strip().upper()
+        if requested not in ("GET", "POST"):
+            await self._reject(send, 405, "method_not_allowed", "only GET and POST are allowed", cors)
+            return
+        extra = [
+            (b"access-control-allow-methods", b"GET, POST"),
+            (b"access-control-allow-headers", b"Content-Type"),
+            (b"access-control-max-age", b"600"),
+        ]
+        if headers.get("access-control-request-private-network", [""])[0].lower() == "true":
+            extra.append((b"access-control-allow-private-network", b"true"))
+        await self._send(send, 204, b"", cors + extra)
+
+    async def _reject(self, send: Callable, status: int, code: str, message: str, cors: list | None = None) -> None:
+        body = json.dumps(error_body(code, message)).encode()
+        await self._send(send, status, body, (cors or []) + [(b"content-type", b"application/json")])
+
+    @staticmethod
+    async def _send(send: Callable, status: int, body: bytes, headers: list) -> None:
+        headers = headers + _SECURITY_HEADERS + [(b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+_SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
+
+
+def _is_json_media_type(value: str) -> bool:
+    media, _, params = value.partition(";")
+    if media.strip().lower() != "application/json":
+        return False
+    for param in params.split(";"):
+        key, _, val = param.partition("=")
+        if key.strip().lower() == "charset" and val.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return False
+    return True
+
+
+def _replay(body: bytes, receive: Callable) -> Callable:
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # later calls only wait for the disconnect
+
+    return replay
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers of the endpoints
+# --------------------------------------------------------------------------------------------
+
+
+def check_model_path(raw: str, *, must_exist: bool = True) -> None:
+    """Refuse paths that no backend should touch, reading nothing (not even the first byte).
+
+    The message never repeats the path: it may name a private folder.
+    """
+    if _CONTROL.search(raw):
+        raise ApiError(400, "model_unavailable", "the model path contains a NUL or control character",
+                       reason="invalid_model_path")
+    if not must_exist:
+        return
+    try:
+        st = os.stat(os.path.expanduser(raw))  # follows links; a loop raises ELOOP
+    except (OSError, ValueError):
+        raise ApiError(400, "model_unavailable", "the model path does not exist or cannot be accessed",
+                       reason="invalid_model_path") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise ApiError(400, "model_unavailable",
+                       "the model path is not a regular file or directory (devices, FIFOs and sockets are refused)",
+                       reason="not_a_model")
+
+
+def dependency_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name, dist in DEPENDENCIES.items():
+        try:
+            versions[name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _loaded_models() -> list[dict[str, Any]]:
+    try:
+        from .backends import loaded_models
+    except ImportError:
+        return []
+    try:
+        return redact(loaded_models())
+    except Exception:  # noqa: BLE001 -- a status page must not fail because a backend misbehaves
+        log.exception("loaded_models failed")
+        return []
+
+
+def pack_list() -> list[dict[str, Any]]:
+    packs = []
+    for name in available_packs():
+        try:
+            task = load_pack(name).task
+        except PackError as exc:
+            packs.append({"name": name, "ok": False, "error": redact(str(exc))})
+            continue
+        packs.append({"name": name, "ok": True, "task_id": task.id, "goal": task.goal,
+                      "required_tools": list(task.required_tools), "mode": task.mode})
+    return packs
+
+
+def _public_model(request: RunRequest, test_policy: bool) -> dict[str, Any]:
+    if test_policy:
+        return {"name": TEST_POLICY_NAME, "path_hash": path_hash(request.model_path), "test_policy": True}
+    name = redact(os.path.basename(request.model_path.rstrip("/\\")) or "model")
+    return {"name": name[:120], "path_hash": path_hash(request.model_path), "test_policy": False}
+
+
+# --------------------------------------------------------------------------------------------
+# The application
+# --------------------------------------------------------------------------------------------
+
+
+def create_app(settings: RunnerSettings | None = None) -> FastAPI:
+    settings = settings or RunnerSettings()
+    store = JobStore(settings.runs_dir, settings.run_fn, settings.policy_factory,
+                     max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        store.close()
+
+    app = FastAPI(title="ReAct Agent Local runner", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None, responses=_ERROR_RESPONSES)
+    app.state.store = store
+    app.state.settings = settings
+    app.add_middleware(BrowserBoundary, port=settings.port, allow_origins=tuple(settings.allow_origins),
+                       max_body_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.message, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Field locations and messages only: input values (a model path, say) are never echoed.
+        fields = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))[:200],
+                   "type": str(e.get("type", ""))} for e in exc.errors()[:20]]
+        message = "; ".join(f"{'.'.join(f['loc'])}: {f['msg']}" for f in fields)[:600] or "invalid request"
+        return _error(422, "validation_error", redact(message), fields=redact(fields))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "bad_request" if exc.status_code < 500 else "internal_error")
+        message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+        return JSONResponse(error_body(code, redact(message)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return _error(500, "internal_error", f"internal error ({type(exc).__name__})")
+
+    @app.get("/status")
+    def status() -> JSONResponse:
+        """Runner version, capabilities, this interpreter's dependency versions, loaded models, queue."""
+        return JSONResponse({
+            "runner": "react-agent-local",
+            "version": __version__,
+            "capabilities": ["agent"],
+            "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
+            "dependencies": dependency_versions(),
+            "models": _loaded_models(),
+            "queue_length": store.queue_length,
+            "running_job": store.running_id,
+            "test_policy": settings.test_policy,
+            "limits": {"max_body_bytes": settings.max_body_bytes, "max_queued": settings.max_queued},
+        })
+
+    @app.get("/schema")
+    def schema() -> JSONResponse:
+        """Decision schema, tool argument schemas with timeouts, budget ranges, presets and packs."""
+        return JSONResponse({
+            # The same generator as the committed schemas/*.json (agent/schemas.py).
+            "decision": decision_schema(),
+            "tools": tool_registry()["tools"],
+            "budgets": Budgets.model_json_schema(),
+            "recommended_budgets": {k: getattr(RECOMMENDED_BUDGETS, k) for k in (
+                "max_steps", "max_tool_calls", "max_seconds", "max_input_tokens", "max_output_tokens")},
+            "packs": pack_list(),
+        })
+
+    @app.post("/schema/validate")
+    def validate_arguments(body: ValidateArgumentsRequest) -> JSONResponse:
+        """Validate candidate tool arguments exactly as the runtime would (no tool runs)."""
+        from .tools import ArgumentError, default_registry
+
+        registry = default_registry()
+        if body.tool not in registry:
+            return JSONResponse({"ok": False, "tool": body.tool, "error": {
+                "code": "unknown_tool", "message": f"unknown tool; known: {', '.join(registry.tools)}"}})
+        try:
+            normalized = registry.validate(body.tool, body.arguments)
+        except ArgumentError as exc:
+            return JSONResponse({"ok": False, "tool": body.tool, "error": {
+                "code": "invalid_arguments", "message": exc.message, "bad_fields": exc.bad_fields,
+                "missing": exc.missing, "unexpected": exc.unexpected}})
+        return JSONResponse({"ok": True, "tool": body.tool, "arguments": normalized.model_dump(mode="json")})
+
+    @app.post("/models/inspect")
+    def inspect_model(body: InspectRequest) -> JSONResponse:
+        """Check config, tokenizer, weights, dependencies, device and dtype.
+
+        200 with the report when the model is usable; otherwise 400 ``model_unavailable`` whose
+        error carries ``reason`` (the backend's code) and the same ``report``.
+        """
+        check_model_path(body.model_path)
+        try:
+            from .backends import inspect_model as inspect
+        except ImportError as exc:
+            raise ApiError(400, "model_unavailable", f"model backends cannot be imported ({type(exc).__name__})")
+        try:
+            report = inspect(body.model_path, body.device, body.dtype, body.backend)
+        except ModelUnavailable as exc:
+            # One stable code for the page; the backend's finer reason (not_a_model, ...) rides along.
+            raise ApiError(400, "model_unavailable", redact(exc.message), reason=exc.code) from None
+        except Exception as exc:  # noqa: BLE001 -- a backend bug is still a refusal, never a 5xx
+            log.exception("inspect_model failed")
+            raise ApiError(400, "model_unavailable", f"the model cannot be inspected ({type(exc).__name__})",
+                           reason="inspect_failed") from None
+        report = redact(report)
+        if not report.get("ok"):  # refused: 400 with the reasons, and the report for the page to show
+            problems = [str(p) for p in report.get("problems") or []] or ["the model cannot be used"]
+            raise ApiError(400, "model_unavailable", "; ".join(problems)[:1000],
+                           reason=report.get("code") or "model_unavailable", report=report)
+        return JSONResponse(report)
+
+    @app.post("/models/unload")
+    def unload_models() -> JSONResponse:
+        """Free every cached model; refused while a job is running (it is using the model)."""
+        if store.running_id is not None:
+            raise ApiError(409, "runner_busy", "a job is running; cancel it or wait before unloading")
+        try:
+            from .backends import unload_all
+        except ImportError:
+            return JSONResponse({"unloaded": []})
+        return JSONResponse(redact(unload_all()))
+
+    @app.post("/agent/runs", status_code=202)
+    def create_run(body: RunRequest) -> JSONResponse:
+        """Queue one agent job; 202 with its public view (poll it with after_seq)."""
+        check_model_path(body.model_path, must_exist=not settings.test_policy)
+        if (body.pack or "default") not in available_packs():
+            raise ApiError(400, "unknown_pack", f"unknown pack; known: {', '.join(available_packs())}")
+        try:
+            view = store.submit(body, _public_model(body, settings.test_policy))
+        except QueueFull as exc:
+            raise ApiError(429, "queue_full", str(exc)) from None
+        return JSONResponse(view, status_code=202)
+
+    @app.get("/agent/runs")
+    def list_runs(limit: int = Query(50, ge=1, le=200)) -> JSONResponse:
+        """Recent jobs, newest first (no events)."""
+        runs = store.list_recent(limit)
+        return JSONResponse({"runs": runs, "count": len(runs), "queue_length": store.queue_length,
+                             "running_job": store.running_id})
+
+    @app.get("/agent/runs/{run_id}")
+    def get_run(run_id: str, after_seq: str = Query("0", pattern=r"^[0-9]{1,10}$",
+                                                     description="Integer 0..10**9: return events with seq > after_seq.")) -> JSONResponse:
+        """Status, events after ``after_seq`` in order, last_seq, and final/metrics/error when terminal."""
+        seq = int(after_seq)
+        if seq > 10**9:
+            raise ApiError(422, "validation_error", "after_seq must be an integer from 0 to 1000000000")
+        try:
+            return JSONResponse(store.view(run_id, seq))
+        except JobNotFound:
+            raise ApiError(404, "not_found", "no such run") from None
+
+    @app.post("/agent/runs/{run_id}/cancel")
+    def cancel_run(run_id: str) -> JSONResponse:
+        """Cancel a queued job (sealed at once) or a running one (stops at the runtime's next check)."""
+        try:
+            return JSONResponse(store.cancel(run_id))
+        except JobNotFound:
+            raise ApiError(404, "not_found", "no such run") from None
+        except JobAlreadyFinished as exc:
+            raise ApiError(409, "already_finished", str(exc)) from None
+
+    @app.get("/agent/runs/{run_id}/artifacts/{artifact_id}",
+             responses={200: {"content": {"image/png": {}}, "description": "The PNG."}})
+    def get_artifact(run_id: str, artifact_id: str) -> Response:
+        """One PNG written by the plot tool of this run."""
+        try:
+            path = store.artifact_path(run_id, artifact_id)
+            data = path.read_bytes()
+        except (JobNotFound, OSError):
+            raise ApiError(404, "not_found", "no such artifact for this run") from None
+        return Response(data, media_type="image/png",
+                        headers={"content-disposition": f'inline; filename="{artifact_id}.png"'})
+
+    return app
+
+
+# --------------------------------------------------------------------------------------------
+# Test policy hook and the command line
+# --------------------------------------------------------------------------------------------
+
+
+def scripted_policy_factory(script: list[Any]) -> PolicyFactory:
+    """Each job gets a fresh ScriptedPolicy over the same canned outputs.
+
+    ``script`` items are strings (what the model writes after the runtime's prefix) or
+    ``{"text": ..., "seconds": ...}`` for a slow output that honours cancel and deadline.
+    """
+    from .backends.scripted import ScriptedPolicy, Slow
+
+    steps: list[Any] = []
+    for item in script:
+        if isinstance(item, str):
+            steps.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("text"), str):
+            steps.append(Slow(item["text"], float(item.get("seconds", 0.0))))
+        else:
+            raise ValueError("each scripted output is a string or {\"text\": str, \"seconds\": number}")
+    return lambda request: ScriptedPolicy(list(steps))
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="algolab_local_runner.py",
+                                     description="ReAct Agent Local runner (loopback only).")
+    parser.add_argument("--host", default="127.0.0.1", help="127.0.0.1 (default), ::1 or localhost")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--allow-origin", action="append", dest="allow_origins", metavar="ORIGIN",
+                        help=f"exact Origin allowed to call the runner (repeatable; default {', '.join(DEFAULT_ORIGINS)})")
+    parser.add_argument("--runs-dir", type=Path, default=PACKAGE_ROOT / ".runs")
+    parser.add_argument("--max-runs", type=int, default=200, help="finished runs kept on disk (oldest deleted)")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--access-log", action="store_true", help="log every request")
+    args = parser.parse_args(argv)
+    if args.host.lower() not in LOOPBACK_HOSTS:
+        parser.error(f"--host must be one of {', '.join(LOOPBACK_HOSTS)}: the runner is loopback only")
+    if not 1 <= args.port <= 65535:
+        parser.error("--port must be 1..65535")
+    if args.max_runs < 1:
+        parser.error("--max-runs must be at least 1")
+    for origin in args.allow_origins or ():
+        if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
+            parser.error(f"--allow-origin must be scheme://host[:port] without a path: {origin!r}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    import uvicorn
+
+    settings = RunnerSettings(host=args.host.lower(), port=args.port, runs_dir=args.runs_dir,
+                              allow_origins=tuple(args.allow_origins or DEFAULT_ORIGINS), max_runs=args.max_runs)
+    script_file = os.environ.get(TEST_POLICY_ENV)
+    if script_file:
+        script = json.loads(Path(script_file).read_text(encoding="utf-8"))
+        settings.policy_factory = scripted_policy_factory(script)
+        settings.test_policy = True
+        print(f"WARNING: {TEST_POLICY_ENV} is set: every job uses the scripted TEST policy, not a model.",
+              file=sys.stderr, flush=True)
+    bind = "127.0.0.1" if settings.host == "localhost" else settings.host
+    app = create_app(settings)
+    shown = f"[{bind}]" if ":" in bind else bind
+    print(f"ReAct Agent Local runner {__version__} on http://{shown}:{args.port} "
+          f"(origins: {', '.join(settings.allow_origins)}; Python {platform.python_version()})", flush=True)
+    uvicorn.run(app, host=bind, port=args.port, log_level=args.log_level, access_log=args.access_log,
+                proxy_headers=False, server_header=False, forwarded_allow_ips="")

@@ -1,0 +1,127 @@
+"""Shared helpers of the runner tests: canned outputs, an in-process client, a real runner process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi.testclient import TestClient
+
+from agent.server import RunnerSettings, create_app, scripted_policy_factory
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+BASE_URL = "http://127.0.0.1:4890"
+PAGE_ORIGIN = "http://127.0.0.1:8017"
+
+# What the model writes after the runtime's prefix in guided mode: search, calculate, plot, answer.
+GOOD_SCRIPT: list[Any] = [
+    json.dumps({"query": "AgentEval Mini batches release rule", "top_k": 3}),
+    json.dumps({"expression": "(72 + 78 + 81 + 85) / 4"}),
+    json.dumps({"labels": ["Batch A", "Batch B", "Batch C", "Batch D"], "values": [72, 78, 81, 85],
+                "average": 79, "title": "AgentEval Mini Task Success"}),
+    json.dumps("The average Task Success is 79; the lowest batch value is 72; the release rule is met."),
+]
+
+
+def slow_script(seconds: float) -> list[Any]:
+    """GOOD_SCRIPT whose first model call takes ``seconds`` (it honours cancel and the deadline)."""
+    return [{"text": GOOD_SCRIPT[0], "seconds": seconds}, *GOOD_SCRIPT[1:]]
+
+
+def make_client(runs_dir: Path, script: list[Any] | None = None, **overrides: Any) -> TestClient:
+    """A TestClient whose Host header is the runner's own (127.0.0.1:4890)."""
+    settings = RunnerSettings(runs_dir=runs_dir, **overrides)
+    if script is not None:
+        settings.policy_factory = scripted_policy_factory(script)
+        settings.test_policy = True
+    return TestClient(create_app(settings), base_url=BASE_URL)
+
+
+def wait_for(client: Any, run_id: str, predicate, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        view = client.get(f"/agent/runs/{run_id}").json()
+        if predicate(view):
+            return view
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {run_id}: {view['status']}")
+        time.sleep(0.02)
+
+
+def wait_terminal(client: Any, run_id: str, timeout: float = 30.0) -> dict[str, Any]:
+    return wait_for(client, run_id, lambda v: v["terminal"], timeout)
+
+
+def assert_complete_trace(events: list[dict[str, Any]]) -> None:
+    """seq is 1..N without gaps or duplicates, and the last event is the only run.finished."""
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(events) + 1)), seqs
+    finished = [e for e in events if e["type"] == "run.finished"]
+    assert len(finished) == 1 and events[-1]["type"] == "run.finished"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunnerProcess:
+    """``python algolab_local_runner.py`` as a child process with the scripted test policy."""
+
+    def __init__(self, runs_dir: Path, script: list[Any], port: int | None = None, extra_args: list[str] = ()):
+        self.runs_dir = runs_dir
+        self.port = port or free_port()
+        self.script_file = runs_dir.parent / f"script-{self.port}.json"
+        self.script_file.write_text(json.dumps(script), encoding="utf-8")
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen | None = None
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "RunnerProcess":
+        env = {**os.environ, "REACT_AGENT_TEST_POLICY": str(self.script_file)}
+        self.log = open(self.runs_dir.parent / f"runner-{self.port}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(PACKAGE_ROOT / "algolab_local_runner.py"), "--port", str(self.port),
+             "--runs-dir", str(self.runs_dir), "--log-level", "warning", *self.extra_args],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"runner exited with {self.proc.returncode}")
+            try:
+                if httpx.get(self.base_url + "/status", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("runner did not start in time")
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=10.0, **kwargs)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+        if getattr(self, "log", None):
+            self.log.close()
+
+    def __enter__(self) -> "RunnerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
