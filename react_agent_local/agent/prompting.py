@@ -52,8 +52,13 @@ def argument_schema(tool: str) -> dict[str, Any]:
 
 
 def _compact_schema(schema: Any) -> Any:
+    """Drop ``title``/``description`` annotations; property *names* (a field may be called title) stay."""
     if isinstance(schema, dict):
-        return {k: _compact_schema(v) for k, v in schema.items() if k not in ("title", "description")}
+        return {
+            k: ({name: _compact_schema(sub) for name, sub in v.items()} if k == "properties" else _compact_schema(v))
+            for k, v in schema.items()
+            if k not in ("title", "description")
+        }
     if isinstance(schema, list):
         return [_compact_schema(v) for v in schema]
     return schema

@@ -487,3 +487,13 @@ def test_committed_schemas_match_contracts():
     from agent.schemas import check_schemas
 
     assert check_schemas() == [], "run: python -m agent schemas --write"
+
+
+def test_model_visible_schemas_keep_every_required_property():
+    from agent.contracts import TOOL_ARGUMENTS
+    from agent.prompting import argument_schema
+
+    for tool, model in TOOL_ARGUMENTS.items():
+        schema = argument_schema(tool)
+        assert set(schema["properties"]) == set(model.model_fields), tool
+        assert set(schema["required"]) <= set(schema["properties"]), tool
