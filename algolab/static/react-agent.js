@@ -361,23 +361,8 @@
     dl.hidden = rows.length === 0;
   }
 
-  async function checkRunner() {
-    const parsed = normalizeRunnerUrl($('runner-url').value);
-    if (!parsed.ok) { onRunnerUrlInput(); return; }
-    const base = parsed.base;
-    clear($('runner-state'), el('span', { class: 'state-active', text: '检查中…' }));
-    const res = await runnerFetch(base, '/status');
-    if (!res.ok) {
-      S.runner = null; S.status = null; S.schema = null; S.testPolicy = false;
-      setTestPolicyLabels(S.run ? S.run.testPolicy : false);
-      clear($('runner-state'), el('span', { class: 'state-bad', text: '未运行' }),
-        res.unreachable ? '——runner not reachable：' + base + ' 没有响应。请在示例包目录运行 python algolab_local_runner.py。'
-          : '——Runner 返回错误：' + res.error.code + ' · ' + res.error.message);
-      $('runner-info').hidden = true;
-      updateStartButton();
-      return;
-    }
-    const st = res.data || {};
+  /** Runner facts from GET /status; returns whether it has the agent capability. */
+  function renderRunnerInfo(st) {
     const caps = Array.isArray(st.capabilities) ? st.capabilities : Object.keys(st.capabilities || {});
     const hasAgent = caps.includes('agent');
     S.status = st;
@@ -400,6 +385,27 @@
       ['队列长度', st.queue_length ?? '—'],
       ...(S.testPolicy ? [['策略', el('span', { class: 'tp-badge small', text: TEST_POLICY_LABEL })]] : []),
     ]);
+    return hasAgent;
+  }
+
+  async function checkRunner() {
+    const parsed = normalizeRunnerUrl($('runner-url').value);
+    if (!parsed.ok) { onRunnerUrlInput(); return; }
+    const base = parsed.base;
+    clear($('runner-state'), el('span', { class: 'state-active', text: '检查中…' }));
+    const res = await runnerFetch(base, '/status');
+    if (!res.ok) {
+      S.runner = null; S.status = null; S.schema = null; S.testPolicy = false;
+      setTestPolicyLabels(S.run ? S.run.testPolicy : false);
+      clear($('runner-state'), el('span', { class: 'state-bad', text: '未运行' }),
+        res.unreachable ? '——runner not reachable：' + base + ' 没有响应。请在示例包目录运行 python algolab_local_runner.py。'
+          : '——Runner 返回错误：' + res.error.code + ' · ' + res.error.message);
+      $('runner-info').hidden = true;
+      updateStartButton();
+      return;
+    }
+    const st = res.data || {};
+    const hasAgent = renderRunnerInfo(st);
     if (!hasAgent) {
       S.runner = null;
       clear($('runner-state'), el('span', { class: 'state-bad', text: '不兼容' }),
@@ -412,6 +418,13 @@
     $('model-inspect').disabled = false;
     await loadSchema(base);
     updateStartButton();
+  }
+
+  /** After a run: loaded models and queue length have changed. */
+  async function refreshRunnerInfo(base) {
+    if (S.runner !== base) return;
+    const res = await runnerFetch(base, '/status');
+    if (res.ok && S.runner === base) renderRunnerInfo(res.data || {});
   }
 
   async function loadSchema(base) {
@@ -640,6 +653,7 @@
           run.polling = false;
           renderRun();
           updateStartButton();
+          refreshRunnerInfo(run.runnerBase);
           return;
         }
       }
@@ -819,6 +833,13 @@
         const row = timelineRow(e);
         if (row) rows.push(row);
       }
+      const lastModel = [...list].reverse().find((e) => e.type.startsWith('model.'));
+      if (lastModel && lastModel.type.endsWith('.started')) {
+        const running = S.run && !TERMINAL.has(S.run.status);
+        rows.push(el('div', { class: 'tl-row tl-model' }, el('span', { class: 'tl-k', text: 'Model' }),
+          el('span', { class: running ? 'tl-v state-active' : 'tl-v muted',
+            text: (running ? '生成中… ' : '未完成（运行已结束） ') + (lastModel.branch || '') + (lastModel.tool ? ' · ' + lastModel.tool : '') })));
+      }
       cards.push(el('div', { class: 'tl-card', dataset: { step: String(step) } },
         el('div', { class: 'tl-step', text: 'Step ' + step }), el('div', { class: 'tl-body' }, rows)));
     }
@@ -840,6 +861,13 @@
           (e.missing_fields ? ' · missing ' + shortJSON(e.missing_fields) : '') + (e.unexpected_fields ? ' · unexpected ' + shortJSON(e.unexpected_fields) : '') }));
       case 'model.failed':
         return row('bad', 'model.failed', el('span', { text: (e.code || '') + ' · ' + (e.message || '') }));
+      case 'model.completed': case 'model.repair.completed': {
+        const u = e.usage || {};
+        return row('model', e.type === 'model.repair.completed' ? 'Model（repair）' : 'Model',
+          el('span', { text: (u.input_tokens ?? '?') + ' in / ' + (u.output_tokens ?? '?') + ' out tokens · ' +
+            ((e.latency_ms ?? 0) / 1000).toFixed(2) + ' s · ' + (e.finish_reason || '') + ' · output sha256 ' +
+            String(e.output_sha256 || '').slice(0, 12) + '…' }));
+      }
       case 'tool.started':
         return row('action', 'Action（已校验）' + (e.attempt > 1 ? ' · attempt ' + e.attempt : ''), el('code', { text: e.tool + ' ' + shortJSON(e.arguments, 260) }));
       case 'tool.retry': case 'tool.failed':
