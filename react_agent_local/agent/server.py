@@ -209,10 +209,11 @@ class BrowserBoundary:
         if method == "POST":
             declared = headers.get("content-length", [])
             if declared:
-                if len(declared) != 1 or not declared[0].strip().isdigit():
+                value = declared[0].strip() if len(declared) == 1 else ""
+                if not re.fullmatch(r"[0-9]+", value):
                     await self._reject(send, 400, "bad_request", "invalid Content-Length", cors)
                     return
-                if int(declared[0]) > self.max_body_bytes:
+                if len(value) > 12 or int(value) > self.max_body_bytes:  # no int() of a 5000-digit string
                     await self._reject(send, 413, "payload_too_large",
                                        f"request bodies are limited to {self.max_body_bytes} bytes", cors)
                     return

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +39,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Linux: the runner gets SIGTERM if this script dies, so a killed check leaves no server behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -109,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "REACT_AGENT_TEST_POLICY": str(script)}
         proc = subprocess.Popen([sys.executable, str(PACKAGE_ROOT / "algolab_local_runner.py"), "--port", str(port),
                                  "--runs-dir", str(Path(tmp) / "runs"), "--log-level", "warning"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                preexec_fn=_die_with_parent if os.name == "posix" else None)
         try:
             return run_check(args, base_url, proc)
         finally:

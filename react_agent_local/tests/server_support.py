@@ -74,6 +74,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """Linux: the runner gets SIGTERM if the test process dies (a killed pytest leaves no server)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class RunnerProcess:
     """``python algolab_local_runner.py`` as a child process with the scripted test policy."""
 
@@ -87,22 +97,26 @@ class RunnerProcess:
         self.base_url = f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "RunnerProcess":
+        assert self.proc is None, "this runner is already started"
         env = {**os.environ, "REACT_AGENT_TEST_POLICY": str(self.script_file)}
         self.log = open(self.runs_dir.parent / f"runner-{self.port}.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, str(PACKAGE_ROOT / "algolab_local_runner.py"), "--port", str(self.port),
              "--runs-dir", str(self.runs_dir), "--log-level", "warning", *self.extra_args],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+            env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if os.name == "posix" else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"runner exited with {self.proc.returncode}")
+                self.proc = None
+                raise RuntimeError("runner exited early; see its log next to the runs folder")
             try:
                 if httpx.get(self.base_url + "/status", timeout=1.0).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
+        self.stop()
         raise RuntimeError("runner did not start in time")
 
     def client(self, **kwargs: Any) -> httpx.Client:

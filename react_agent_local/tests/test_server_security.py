@@ -253,6 +253,11 @@ def test_bad_content_length_is_refused(client):
     assert asgi_request(client.app, headers, "POST", "/agent/runs")[0] == 400
     headers[-1] = ("content-length", "99999999999999999999999")
     assert asgi_request(client.app, headers, "POST", "/agent/runs")[0] == 413
+    headers[-1] = ("content-length", "9" * 5000)  # int() would refuse past 4300 digits
+    assert asgi_request(client.app, headers, "POST", "/agent/runs")[0] == 413
+    for bad in ("１２", "-1", "1, 2", ""):
+        headers[-1] = ("content-length", bad)
+        assert asgi_request(client.app, headers, "POST", "/agent/runs")[0] == 400, bad
 
 
 def test_body_just_under_the_limit_is_read(client):
