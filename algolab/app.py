@@ -79,7 +79,10 @@ class BoundaryMiddleware:
         self.allowed_origins = {f"http://{h}" for h in self.allowed_hosts}
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":  # none exist here; refuse before any handshake
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
         headers = [(k.lower(), v) for k, v in scope.get("headers", [])]

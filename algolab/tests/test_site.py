@@ -359,6 +359,21 @@ def _raw_asgi(app: Any, headers: list[tuple[bytes, bytes]], method: str = "GET",
     return sent[0]["status"]
 
 
+def test_websockets_are_refused(small_package: Path) -> None:
+    app = create_app(package_dir=small_package, port=8017)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "websocket", "path": "/", "headers": [(b"host", b"127.0.0.1:8017")], "query_string": b""}
+    asyncio.run(app(scope, receive, send))
+    assert sent == [{"type": "websocket.close", "code": 1008}]
+
+
 def test_missing_or_duplicate_host_is_refused(small_package: Path) -> None:
     app = create_app(package_dir=small_package, port=8017)
     assert _raw_asgi(app, []) == 421
