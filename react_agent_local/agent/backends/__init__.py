@@ -556,6 +556,8 @@ def inspect_model(model_path: str | os.PathLike[str], device: str = "auto", dtyp
     report["backend"] = chosen
     needed = _BACKEND_DEPS[chosen]
     report["dependencies"] = {m: dependency_status(m, m in needed) for m in _DIST_NAMES}
+    if chosen == "transformers" and loc.kind == "gguf" and importlib.util.find_spec("gguf") is None:
+        problems.append("transformers needs the gguf package to read GGUF files (pip install gguf)")
     broken = [m for m in needed if report["dependencies"][m]["error"]]
     for m in broken:
         dep = report["dependencies"][m]

@@ -271,6 +271,8 @@ class LlamaCppPolicy:
 
     def generate(self, request: ModelRequest) -> Generation:
         with self._lock:
+            if self._llm is None:
+                raise ModelUnavailable(f"{self.description.name} was unloaded", code="model_unloaded")
             return self._generate(request)
 
     def _generate(self, request: ModelRequest) -> Generation:

@@ -12,6 +12,7 @@ torch and transformers are imported only in this module, and only when it is use
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -20,6 +21,7 @@ from ..model_policy import Generation, ModelDescription, ModelRequest, ModelUnav
 from . import INSTALL_HINTS, ContextOverflow, ModelLocation, complete_json_end
 
 _DTYPES = ("float32", "bfloat16", "float16")
+_PIP_HINT = re.compile(r"pip install [A-Za-z0-9_.\-\[\]=<>]+")
 
 
 def _import_torch():
@@ -127,6 +129,10 @@ class TransformersPolicy:
                                    f"({type(exc).__name__}; pip install gguf for GGUF files)",
                                    code="dependency_missing") from None
         except Exception as exc:
+            needed = _PIP_HINT.search(str(exc))  # transformers names missing extras as "pip install X"
+            if needed:
+                raise ModelUnavailable(f"{loc.name}: transformers needs another package to load it "
+                                       f"({needed.group(0)})", code="dependency_missing") from None
             raise ModelUnavailable(f"{loc.name}: transformers could not load the model ({type(exc).__name__}: "
                                    "corrupt weights, unsupported architecture or missing files)",
                                    code="weights_unreadable") from None
@@ -160,6 +166,8 @@ class TransformersPolicy:
 
     def generate(self, request: ModelRequest) -> Generation:
         with self._lock:
+            if self.model is None:
+                raise ModelUnavailable(f"{self.description.name} was unloaded", code="model_unloaded")
             return self._generate(request)
 
     def _generate(self, request: ModelRequest) -> Generation:
