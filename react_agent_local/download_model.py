@@ -163,9 +163,17 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+def models_root() -> Path:
+    """``$REACT_AGENT_MODEL_DIR``, else ``~/.cache/react-agent-local/models`` (outside the checkout)."""
+    configured = os.environ.get("REACT_AGENT_MODEL_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "react-agent-local" / "models"
+
+
 def default_dest(preset: str) -> Path:
-    """Models live outside the checkout: ``~/.cache/react-agent-local/models/<preset>``."""
-    return Path.home() / ".cache" / "react-agent-local" / "models" / preset
+    """Where a preset goes unless ``--dest`` says otherwise: ``<models_root>/<preset>``."""
+    return models_root() / preset
 
 
 # --------------------------------------------------------------------------------------------
@@ -757,7 +765,8 @@ def _list_presets() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Download and verify a local Qwen2.5 model.")
     parser.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of: {', '.join(PRESETS)}")
-    parser.add_argument("--dest", default=None, help="target directory (default ~/.cache/react-agent-local/models/<preset>)")
+    parser.add_argument("--dest", default=None, help="target directory (default $REACT_AGENT_MODEL_DIR/<preset>, "
+                        "else ~/.cache/react-agent-local/models/<preset>)")
     parser.add_argument("--source", default="auto", choices=SOURCES)
     parser.add_argument("--list", action="store_true", help="list the presets and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -28,8 +28,9 @@ from agent.backends import (
 from agent.contracts import CALCULATOR_PATTERN, TOOL_ARGUMENTS
 from agent.model_policy import ModelRequest, ModelUnavailable
 
-REAL_05B = (Path.home() / ".cache" / "react-agent-local" / "models" / "qwen2.5-coder-0.5b-gguf"
-            / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+import download_model  # noqa: E402
+
+REAL_05B = download_model.default_dest("qwen2.5-coder-0.5b-gguf") / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 needs_real_model = pytest.mark.skipif(not REAL_05B.is_file(), reason="the 0.5B GGUF is not downloaded")
 
 
@@ -265,6 +266,14 @@ def _value_schemas():
     schemas["answer"] = {"type": "string", "minLength": 1, "maxLength": 2000}
     schemas["evidence_ids"] = {"type": "array", "items": {"type": "string", "pattern": r"^obs-[a-z_]+-[0-9]+$"},
                                "minItems": 1, "maxItems": 10}
+    try:  # what the runtime actually sends, where its prompting module is present
+        from agent.prompting import ANSWER_SCHEMA, argument_schema, free_decision_schema
+
+        schemas["runtime_answer"] = ANSWER_SCHEMA
+        schemas["runtime_free_decision"] = free_decision_schema()
+        schemas.update({f"runtime_{name}": argument_schema(name) for name in TOOL_ARGUMENTS})
+    except ImportError:
+        pass
     return schemas
 
 
@@ -392,3 +401,24 @@ def test_real_inspect_and_description(real_policy):
     assert public["backend"] == "llama_cpp" and public["quantization"] == "Q4_K_M"
     _assert_no_paths(report, REAL_05B)
     _assert_no_paths(public, REAL_05B)
+
+
+@pytest.mark.slow
+def test_real_grammar_overrides_the_model(real_policy):
+    """Values the model would never pick unconstrained: every token goes through the grammar."""
+    odd = real_policy.generate(_calc_request(value_schema={"type": "string", "pattern": "^[xyz]{3,5}$"}))
+    assert re.fullmatch(r'"[xyz]{3,5}"', odd.text.strip()) and odd.finish_reason == "stop"
+    fixed = real_policy.generate(_calc_request(value_schema={"enum": ["zebra-42", 7]}))
+    assert json.loads(fixed.text) in ("zebra-42", 7)
+    obj = real_policy.generate(_calc_request(value_schema={
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 6}},
+        "required": ["n"], "additionalProperties": False}))
+    assert json.loads(obj.text)["n"] in (5, 6)
+
+
+@pytest.mark.slow
+def test_real_sampling_with_seed_is_reproducible(real_policy):
+    a = real_policy.generate(_calc_request(temperature=0.9, seed=123))
+    b = real_policy.generate(_calc_request(temperature=0.9, seed=123))
+    assert a.text == b.text
+    TOOL_ARGUMENTS["calculator"].model_validate(json.loads(a.text))

@@ -273,10 +273,13 @@ def test_list_and_unknown_preset(capsys):
     assert dm.main(["--preset", "nope", "--dest", "/nonexistent-never-created"]) == 2
 
 
-def test_default_dest_is_outside_the_checkout():
+def test_default_dest_is_outside_the_checkout(monkeypatch, tmp_path):
+    monkeypatch.delenv("REACT_AGENT_MODEL_DIR", raising=False)
     dest = dm.default_dest("qwen2.5-coder-0.5b-gguf")
     assert dest.parts[-3:] == ("react-agent-local", "models", "qwen2.5-coder-0.5b-gguf")
     assert Path(dm.__file__).resolve().parent not in dest.parents
+    monkeypatch.setenv("REACT_AGENT_MODEL_DIR", str(tmp_path))
+    assert dm.default_dest("x") == tmp_path / "x"
 
 
 # --------------------------------------------------------------------------------------------

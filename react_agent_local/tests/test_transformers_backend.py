@@ -206,11 +206,11 @@ def test_generate_on_cuda(tiny_model):
 @pytest.mark.slow
 def test_real_gguf_through_transformers():
     """transformers dequantizes the 0.5B GGUF (gguf_file=); about a minute on 2 cores."""
-    from pathlib import Path
+    import download_model
 
     pytest.importorskip("gguf")
-    gguf_path = (Path.home() / ".cache" / "react-agent-local" / "models" / "qwen2.5-coder-0.5b-gguf"
-                 / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    pytest.importorskip("accelerate")  # transformers needs it to load GGUF files
+    gguf_path = download_model.default_dest("qwen2.5-coder-0.5b-gguf") / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     if not gguf_path.is_file():
         pytest.skip("the 0.5B GGUF is not downloaded")
     policy = load_policy(str(gguf_path), backend="transformers", device="cpu")
