@@ -2,7 +2,7 @@
 
 The prompt is laid out append-only so consecutive steps share the longest possible prefix in the
 model's KV cache: a fixed system message, then the task, then Observations in the order they were
-made (the oldest drop out only after 10). Everything that changes every step -- the facts digest,
+made (the oldest drop out only after 10). Everything that changes every step --
 the latest 4 feedback lines, the remaining budget and the instruction for this branch -- comes last.
 
 Ground truth (``data/expected.json``) never reaches this module.
@@ -22,7 +22,9 @@ PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 VISIBLE_OBSERVATIONS = 10
 VISIBLE_FEEDBACK = 4
 OBSERVATION_CHARS = 3000
-ANSWER_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 600}
+# The answer is prose for a person: no JSON inside the string (a coder model's habit), and no quote,
+# backslash or control character, so a grammar built from this pattern always yields valid JSON.
+ANSWER_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 600, "pattern": r'^[^{}\[\]"\\\x00-\x1f]+$'}
 
 
 @lru_cache(maxsize=None)
@@ -116,10 +118,13 @@ def system_message() -> str:
 
 
 def observation_line(obs: Observation) -> str:
-    """One Observation as the model sees it: compact JSON, at most ~3000 characters."""
+    """One Observation as the model sees it: one compact line, at most ~3000 characters.
+
+    Results of the known tools are restated as plain facts (names and numbers exactly as the tool
+    returned them) so a small model can copy them; any other result is compact JSON.
+    """
     if obs.ok:
-        body = _model_view_of_result(obs.tool, obs.result or {})
-        text = f"[{obs.id}] {obs.tool} ok: " + json.dumps(body, ensure_ascii=False, separators=(", ", ": "))
+        text = f"[{obs.id}] {obs.tool} ok: " + _result_text(obs.tool, obs.result or {})
     else:
         error = obs.error.model_dump() if obs.error else {}
         text = f"[{obs.id}] {obs.tool} FAILED: " + json.dumps(error, ensure_ascii=False)
@@ -128,47 +133,25 @@ def observation_line(obs: Observation) -> str:
     return text[:OBSERVATION_CHARS]
 
 
-def _model_view_of_result(tool: str, result: dict[str, Any]) -> dict[str, Any]:
-    # Retrieval evidence is kept as references plus a short excerpt: the parsed data carries the
-    # facts, and long chunk texts would cost seconds of prompt processing on a 2-core CPU.
+def _result_text(tool: str, result: dict[str, Any]) -> str:
+    # Chunk texts stay in the trace; the parsed data carries the facts, and every token of a long
+    # excerpt costs prompt-processing time on a 2-core CPU.
     if tool == "knowledge_search":
-        return {
-            "data": result.get("data"),
-            "citations": [
-                {"id": c.get("id"), "chunk_id": c.get("chunk_id"), "text": str(c.get("text", ""))[:160]}
-                for c in result.get("citations", [])
-            ],
-        }
-    if tool == "plot":
-        return {"spec": result.get("spec"), "artifact_id": (result.get("artifact") or {}).get("id")}
-    return {k: v for k, v in result.items() if k != "tool_latency_ms"}
-
-
-def facts_digest(observations: list[Observation]) -> list[str]:
-    """The facts a later step must copy, restated from the latest successful Observations."""
-    latest: dict[str, Observation] = {}
-    for obs in observations:
-        if obs.ok:
-            latest[obs.tool] = obs
-    lines = []
-    if "knowledge_search" in latest:
-        data = (latest["knowledge_search"].result or {}).get("data") or {}
+        data = result.get("data") or {}
         batches = data.get("batches") or {}
         rule = data.get("release_rule") or {}
-        names = ", ".join(f"{k} = {v}" for k, v in batches.items())
-        lines.append(f"- {latest['knowledge_search'].id}: {len(batches)} batches: {names}")
-        if rule:
-            lines.append(
-                f"- {latest['knowledge_search'].id}: release rule: average >= {rule.get('average_gte')} "
-                f"and every batch >= {rule.get('every_batch_gte')}"
-            )
-    if "calculator" in latest:
-        r = latest["calculator"].result or {}
-        lines.append(f"- {latest['calculator'].id}: calculator: {r.get('expression')} = {r.get('value')}")
-    if "plot" in latest:
-        spec = (latest["plot"].result or {}).get("spec") or {}
-        lines.append(f"- {latest['plot'].id}: plot drawn: {len(spec.get('labels', []))} bars, average line {spec.get('average')}")
-    return lines
+        cited = ", ".join(f"{c.get('id')} {c.get('chunk_id')}" for c in result.get("citations", []))
+        return (f"{len(batches)} batches: " + ", ".join(f"{k} = {v}" for k, v in batches.items())
+                + "; release rule: " + ", ".join(f"{k} {v}" for k, v in rule.items())
+                + f"; citations: {cited}")
+    if tool == "calculator":
+        return f"{result.get('expression')} = {result.get('value')}"
+    if tool == "plot":
+        spec = result.get("spec") or {}
+        return (f"bar chart {json.dumps(spec.get('title'), ensure_ascii=False)}, labels {json.dumps(spec.get('labels'), ensure_ascii=False)}, "
+                f"values {spec.get('values')}, average line {spec.get('average')}, "
+                f"artifact {(result.get('artifact') or {}).get('id')}")
+    return json.dumps({k: v for k, v in result.items() if k != "tool_latency_ms"}, ensure_ascii=False)
 
 
 def build_messages(
@@ -183,9 +166,6 @@ def build_messages(
     parts = [f"TASK: {goal}", "", "OBSERVATIONS (oldest first, written by the runtime):"]
     parts += [observation_line(o) for o in visible] or ["(none yet)"]
     parts.append("")
-    facts = facts_digest(observations)
-    if facts:
-        parts += ["FACTS (copy exactly):", *facts, ""]
     if feedback:
         parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in feedback[-VISIBLE_FEEDBACK:]), ""]
     parts.append("BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in budget_left.items()))

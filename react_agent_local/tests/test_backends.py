@@ -256,6 +256,9 @@ def test_grammar_schema_rewrites():
     assert plot["properties"]["labels"]["maxItems"] == 20
     assert plot["properties"]["labels"]["items"] == {"type": "string", "minLength": 1, "maxLength": 40}
     assert plot["additionalProperties"] is False and "title" not in plot
+    # A property *named* title is a field, not an annotation: it must survive, and stay required.
+    assert set(plot["properties"]) == {"labels", "values", "title", "average", "y_label"}
+    assert plot["properties"]["title"]["type"] == "string" and "title" in plot["required"]
     nested = grammar_schema({"$defs": {"X": {"type": "integer", "minimum": 0, "maximum": 2}},
                              "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}})
     assert nested["properties"]["x"] == {"enum": [0, 1, 2]} and "$defs" not in nested

@@ -125,7 +125,12 @@ def grammar_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"unresolved $ref {ref}")
             merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
             return inline(merged, depth + 1)
-        out = {k: inline(v, depth + 1) for k, v in node.items() if k not in _DROP and k not in ("$defs", "definitions")}
+        out = {
+            # Under "properties" the keys are field names (a field may be called "title"), not keywords.
+            k: ({name: inline(sub, depth + 1) for name, sub in v.items()} if k == "properties" else inline(v, depth + 1))
+            for k, v in node.items()
+            if k not in _DROP and k not in ("$defs", "definitions")
+        }
         return _tighten(out)
 
     return inline(schema)

@@ -1,0 +1,169 @@
+"""Real-model benchmark: N real runs per model and decoding mode, Task Success and where time goes.
+
+For each model it runs the default pack greedily once and sampled (temperature 0.7, a different seed
+per run) N times, plus the alternative pack(s), and prints:
+  - Task Success count, median and p90 wall seconds per run, steps;
+  - per-step means: prompt tokens evaluated vs reused from the KV cache, output tokens, model
+    seconds, plus per run tool seconds and runtime overhead (wall - model - tool);
+  - the "physical limit": the same token counts divided by this model's measured prompt-processing
+    and generation rates on this machine (measured here, through the same backend, before the runs).
+
+    ../.venv/bin/python bench/agent_bench.py --model PATH [--model PATH2] [--runs 10] [--backend auto]
+    ../.venv/bin/python bench/agent_bench.py --model PATH --json out.json
+
+Nothing here is scripted: every Decision comes from the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import statistics
+from collections import Counter
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.backends import load_policy, unload_all  # noqa: E402
+from agent.contracts import Budgets  # noqa: E402
+from agent.model_policy import ModelRequest  # noqa: E402
+from agent.packs import load_pack  # noqa: E402
+from agent.runtime import run_agent  # noqa: E402
+
+
+def p90(values: list[float]) -> float:
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=10, method="inclusive")[-1]
+
+
+def measure_rates(policy: Any) -> dict[str, float]:
+    """Prompt-processing and generation tokens/s of this model here (median of 3, fresh prompts)."""
+    pp, gen = [], []
+    for _ in range(3):
+        filler = " ".join(secrets.token_hex(3) for _ in range(180))  # unique: nothing reusable in the cache
+        request = ModelRequest(messages=[{"role": "user", "content": f"Repeat: {filler}"}], prefix="",
+                               value_schema=None, suffix="", max_new_tokens=1)
+        g = policy.generate(request)
+        evaluated = g.input_tokens - g.cached_tokens
+        pp.append(evaluated / ((g.prompt_eval_ms or g.latency_ms) / 1000))
+        request = ModelRequest(messages=[{"role": "user", "content": "Count from 1 to 200, comma separated."}],
+                               prefix="1, 2, 3,", value_schema=None, suffix="", max_new_tokens=64)
+        g = policy.generate(request)
+        gen_ms = g.latency_ms - (g.prompt_eval_ms or 0.0)
+        if g.output_tokens:
+            gen.append(g.output_tokens / (gen_ms / 1000))
+    return {"prompt_tokens_per_s": statistics.median(pp), "gen_tokens_per_s": statistics.median(gen)}
+
+
+def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | None, max_seconds: float) -> dict[str, Any]:
+    pack = load_pack(pack_name)
+    budgets = Budgets(temperature=temperature, seed=seed, max_seconds=max_seconds)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome = run_agent(pack, policy, budgets, artifact_dir=Path(tmp))
+    wall = time.perf_counter() - started
+    m = outcome.result.metrics
+    calls = [e for e in outcome.events if e["type"] in ("model.completed", "model.repair.completed")]
+    return {
+        "pack": pack.name,
+        "temperature": temperature,
+        "seed": seed,
+        "status": outcome.result.status,
+        "stop_reason": outcome.result.stop_reason,
+        "task_success": bool(m and m.task_success),
+        "checks": m.checks if m else {},
+        "wall_s": wall,
+        "steps": m.steps if m else 0,
+        "model_calls": len(calls),
+        "prompt_tokens": sum(e["usage"]["input_tokens"] for e in calls),
+        "cached_tokens": sum(e["usage"]["cached_tokens"] for e in calls),
+        "output_tokens": sum(e["usage"]["output_tokens"] for e in calls),
+        "model_s": sum(e["latency_ms"] for e in calls) / 1000,
+        "tool_s": (m.tool_latency_ms / 1000) if m else 0.0,
+        "answer": outcome.result.final.answer if outcome.result.final else None,
+    }
+
+
+def summarize(label: str, runs: list[dict[str, Any]], rates: dict[str, float]) -> dict[str, Any]:
+    walls = [r["wall_s"] for r in runs]
+    calls = sum(r["model_calls"] for r in runs) or 1
+    evaluated = [r["prompt_tokens"] - r["cached_tokens"] for r in runs]
+    limits = [(e / rates["prompt_tokens_per_s"]) + (r["output_tokens"] / rates["gen_tokens_per_s"])
+              for e, r in zip(evaluated, runs)]
+    overhead = [r["wall_s"] - r["model_s"] - r["tool_s"] for r in runs]
+    return {
+        "label": label,
+        "runs": len(runs),
+        "task_success": sum(r["task_success"] for r in runs),
+        "stop_reasons": dict(Counter(r["stop_reason"] for r in runs)),
+        "wall_median_s": statistics.median(walls),
+        "wall_p90_s": p90(walls),
+        "steps_median": statistics.median(r["steps"] for r in runs),
+        "per_call_prompt_evaluated": sum(evaluated) / calls,
+        "per_call_prompt_cached": sum(r["cached_tokens"] for r in runs) / calls,
+        "per_call_output": sum(r["output_tokens"] for r in runs) / calls,
+        "per_call_model_s": sum(r["model_s"] for r in runs) / calls,
+        "tool_s_median": statistics.median(r["tool_s"] for r in runs),
+        "overhead_s_median": statistics.median(overhead),
+        "physical_limit_median_s": statistics.median(limits),
+    }
+
+
+def print_table(model: str, rates: dict[str, float], rows: list[dict[str, Any]]) -> None:
+    print(f"\n## {model}")
+    print(f"measured here: prompt processing {rates['prompt_tokens_per_s']:.0f} tok/s, "
+          f"generation {rates['gen_tokens_per_s']:.1f} tok/s, load {rates.get('load_s', 0):.1f} s")
+    print("| runs | Task Success | stop reasons | median s | p90 s | steps | per call: prompt eval / cached / out tok, model s "
+          "| tool s | overhead s | physical limit s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for s in rows:
+        print(f"| {s['label']} | {s['task_success']}/{s['runs']} | {s['stop_reasons']} | {s['wall_median_s']:.1f} | "
+              f"{s['wall_p90_s']:.1f} | {s['steps_median']:.0f} | {s['per_call_prompt_evaluated']:.0f} / "
+              f"{s['per_call_prompt_cached']:.0f} / {s['per_call_output']:.0f}, {s['per_call_model_s']:.2f} | "
+              f"{s['tool_s_median']:.2f} | {s['overhead_s_median']:.3f} | {s['physical_limit_median_s']:.1f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", action="append", required=True, help="GGUF file or model dir (repeatable)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
+    parser.add_argument("--runs", type=int, default=10, help="sampled runs per model (temperature 0.7)")
+    parser.add_argument("--alt-pack", action="append", default=None, help="extra pack(s), greedy (default release_hold)")
+    parser.add_argument("--max-seconds", type=float, default=300.0)
+    parser.add_argument("--json", default=None, help="also write all runs and summaries here")
+    args = parser.parse_args()
+    alt_packs = args.alt_pack or ["release_hold"]
+    report = []
+    for model in args.model:
+        unload_all()
+        started = time.perf_counter()
+        policy = load_policy(model, backend=args.backend)
+        load_s = time.perf_counter() - started
+        rates = measure_rates(policy)
+        rates["load_s"] = load_s
+        name = policy.description.name
+        greedy = [one_run(policy, None, 0.0, None, args.max_seconds)]
+        sampled = [one_run(policy, None, 0.7, 1000 + i, args.max_seconds) for i in range(args.runs)]
+        alt = [one_run(policy, p, 0.0, None, args.max_seconds) for p in alt_packs]
+        rows = [summarize("default, greedy", greedy, rates), summarize("default, T=0.7", sampled, rates),
+                summarize("alt packs, greedy", alt, rates)]
+        print_table(f"{name} ({policy.description.backend})", rates, rows)
+        for r in greedy + sampled + alt:
+            if not r["task_success"]:
+                failed = [k for k, v in r["checks"].items() if not v]
+                print(f"  failed run: pack={r['pack']} T={r['temperature']} seed={r['seed']} "
+                      f"{r['status']}/{r['stop_reason']} failed checks={failed} answer={r['answer']!r}")
+        report.append({"model": name, "backend": policy.description.backend, "rates": rates,
+                       "summaries": rows, "runs": greedy + sampled + alt})
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
