@@ -22,9 +22,11 @@ PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 VISIBLE_OBSERVATIONS = 10
 VISIBLE_FEEDBACK = 4
 OBSERVATION_CHARS = 3000
-# The answer is prose for a person: no JSON inside the string (a coder model's habit), and no quote,
-# backslash or control character, so a grammar built from this pattern always yields valid JSON.
-ANSWER_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 600, "pattern": r'^[^{}\[\]"\\\x00-\x1f]+$'}
+# The answer is prose for a person: it starts with a letter (Latin or CJK), has no JSON inside the
+# string (a coder model's habit), and no quote, backslash or control character, so a grammar built
+# from this pattern always yields valid JSON.
+ANSWER_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 600,
+                 "pattern": r'^[A-Za-z\u4e00-\u9fff][^{}\[\]"\\\x00-\x1f]*$'}
 
 
 @lru_cache(maxsize=None)
