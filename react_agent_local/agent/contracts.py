@@ -186,6 +186,13 @@ class TaskSpec(BaseModel):
     goal: str = Field(min_length=1, max_length=2000)
     required_tools: list[ToolName] = Field(min_length=1)
     mode: Literal["guided", "free"] = "guided"
+    answer_form: str | None = Field(
+        default=None,
+        max_length=600,
+        pattern=r'^[^"\\\x00-\x1f]+$',
+        description="Optional form of the final answer with slots: {number}, {name}, {a|b}. The model "
+        "fills the slots; constrained decoding keeps the rest of the sentence as written.",
+    )
 
 
 RunStatus = Literal["queued", "running", "completed", "stopped", "failed", "cancelled"]

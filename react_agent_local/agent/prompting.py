@@ -11,6 +11,7 @@ Ground truth (``data/expected.json``) never reaches this module.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -68,6 +69,35 @@ def _compact_schema(schema: Any) -> Any:
     return schema
 
 
+_SLOT = re.compile(r"\{([^{}]*)\}")
+_NUMBER = r"-?[0-9]+([.][0-9]+)?"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9 _-]{0,39}"
+
+
+def answer_form_pattern(form: str) -> str:
+    """Regex for a pack's answer form: literal text kept, ``{number}``, ``{name}`` and ``{a|b}`` slots.
+
+    The model fills the slots (the numbers, the names, the verdict); nothing here knows their values.
+    Literal dots and the like become character classes so every grammar converter handles them.
+    """
+    def literal(text: str) -> str:
+        return "".join(c if c.isalnum() or c in " ,;:'" else f"[{c}]" if c not in "^]\\" else "\\" + c for c in text)
+
+    out, last = [], 0
+    for match in _SLOT.finditer(form):
+        out.append(literal(form[last:match.start()]))
+        slot = match.group(1).strip()
+        if slot == "number":
+            out.append(_NUMBER)
+        elif slot == "name":
+            out.append(_NAME)
+        else:
+            out.append("(" + "|".join(literal(option.strip()) for option in slot.split("|")) + ")")
+        last = match.end()
+    out.append(literal(form[last:]))
+    return "^" + "".join(out) + "$"
+
+
 @dataclass(frozen=True)
 class Branch:
     """What the runtime asks for this step: an action for one tool, or a final (or a free choice)."""
@@ -75,6 +105,7 @@ class Branch:
     kind: str  # "action" | "final" | "free"
     tool: str | None = None
     evidence_ids: tuple[str, ...] = ()
+    answer_form: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -93,6 +124,9 @@ class Branch:
         if self.kind == "action":
             return argument_schema(self.tool)
         if self.kind == "final":
+            if self.answer_form:
+                return {"type": "string", "minLength": 1, "maxLength": 600,
+                        "pattern": answer_form_pattern(self.answer_form)}
             return ANSWER_SCHEMA
         return free_decision_schema()
 
@@ -191,7 +225,9 @@ def branch_instruction(branch: Branch) -> str:
             tool_hint=tool_hints().get(branch.tool, ""),
         )
     if branch.kind == "final":
-        return prompt_text("final").format(evidence_ids=", ".join(branch.evidence_ids))
+        form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
+                if branch.answer_form else "as plain sentences (not JSON inside the string).")
+        return prompt_text("final").format(evidence_ids=", ".join(branch.evidence_ids), answer_form=form)
     return (
         "NEXT DECISION: choose. Either an action "
         '{"type": "action", "tool": NAME, "arguments": {...}} or, when every required tool has a '

@@ -451,7 +451,8 @@ class Run:
         for tool in self.pack.task.required_tools:
             if tool not in latest_ok:
                 return Branch("action", tool=tool)
-        return Branch("final", evidence_ids=tuple(latest_ok[t] for t in self.pack.task.required_tools))
+        return Branch("final", evidence_ids=tuple(latest_ok[t] for t in self.pack.task.required_tools),
+                      answer_form=self.pack.task.answer_form)
 
     def _summary(self, branch: Branch, decision: ActionDecision | FinalDecision) -> str:
         if branch.kind != "free":

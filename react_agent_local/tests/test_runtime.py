@@ -497,3 +497,23 @@ def test_model_visible_schemas_keep_every_required_property():
         schema = argument_schema(tool)
         assert set(schema["properties"]) == set(model.model_fields), tool
         assert set(schema["required"]) <= set(schema["properties"]), tool
+
+
+def test_answer_form_becomes_the_final_value_schema(tmp_path):
+    import re
+
+    from agent.prompting import answer_form_pattern
+
+    form = DEFAULT.task.answer_form
+    assert form and "{number}" in form
+    pattern = answer_form_pattern(form)
+    filled = form.replace("{number}", "79", 1).replace("{number}", "72.5")
+    filled = re.sub(r"\{number\}", "1", filled)
+    filled = filled.replace("{True|False}", "True").replace("{meets|does not meet}", "does not meet")
+    assert re.match(pattern, filled)
+    assert not re.match(pattern, filled.replace("does not meet", "surely meets"))
+    assert not re.match(pattern, '{"average": 79}')
+    _, policy = run_scripted(chain(), tmp_path)
+    final_request = policy.requests[3]
+    assert final_request.value_schema["pattern"] == pattern
+    assert form in final_request.messages[-1]["content"]
