@@ -629,8 +629,9 @@ def unload_all() -> dict[str, Any]:
 
 
 def loaded_models() -> list[dict[str, Any]]:
-    with _LOCK:
-        return [] if _RESIDENT is None else [_RESIDENT[1].description.public()]
+    # No lock: /status must answer while a load holds _LOCK; reading one reference is atomic.
+    resident = _RESIDENT
+    return [] if resident is None else [resident[1].description.public()]
 
 
 __all__ = [
