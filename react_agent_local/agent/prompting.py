@@ -110,9 +110,10 @@ class Branch:
     @property
     def prefix(self) -> str:
         if self.kind == "action":
-            return f'{{"type": "action", "tool": "{self.tool}", "arguments": '
+            # No trailing space: a prompt ending in a lone space token derails unconstrained decoding.
+            return f'{{"type": "action", "tool": "{self.tool}", "arguments":'
         if self.kind == "final":
-            return f'{{"type": "final", "evidence_ids": {json.dumps(list(self.evidence_ids))}, "answer": '
+            return f'{{"type": "final", "evidence_ids": {json.dumps(list(self.evidence_ids))}, "answer":'
         return ""
 
     @property

@@ -176,7 +176,10 @@ def schema_to_gbnf(schema: dict[str, Any]) -> str:
 
     gbnf = json_schema_to_gbnf(json.dumps(grammar_schema(schema)))
     # The converter's string char admits raw control characters (invalid JSON); exclude them.
-    return _STRING_CHAR_RULE.sub(r'char ::= [^"\\\\\\x7F\\x00-\\x1F] ', gbnf)
+    gbnf = _STRING_CHAR_RULE.sub(r'char ::= [^"\\\\\\x7F\\x00-\\x1F] ', gbnf)
+    # The runtime's prefix ends at a colon; let the value start with the space the model would
+    # naturally write there (forcing "{" straight after ":" pushes it off its likeliest tokens).
+    return 'root ::= " "? root-value\n' + gbnf.replace("root ::=", "root-value ::=", 1)
 
 
 def compile_check(vocab: Any, gbnf: str) -> bool:
