@@ -136,6 +136,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="sampled runs per model (temperature 0.7)")
     parser.add_argument("--alt-pack", action="append", default=None, help="extra pack(s), greedy (default release_hold)")
     parser.add_argument("--max-seconds", type=float, default=300.0)
+    parser.add_argument("--seed-base", type=int, default=1000, help="sampled run i uses seed seed-base + i")
     parser.add_argument("--json", default=None, help="also write all runs and summaries here")
     args = parser.parse_args()
     alt_packs = args.alt_pack or ["release_hold"]
@@ -149,7 +150,7 @@ def main() -> None:
         rates["load_s"] = load_s
         name = policy.description.name
         greedy = [one_run(policy, None, 0.0, None, args.max_seconds)]
-        sampled = [one_run(policy, None, 0.7, 1000 + i, args.max_seconds) for i in range(args.runs)]
+        sampled = [one_run(policy, None, 0.7, args.seed_base + i, args.max_seconds) for i in range(args.runs)]
         alt = [one_run(policy, p, 0.0, None, args.max_seconds) for p in alt_packs]
         rows = [summarize("default, greedy", greedy, rates), summarize("default, T=0.7", sampled, rates),
                 summarize("alt packs, greedy", alt, rates)]
