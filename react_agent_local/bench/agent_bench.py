@@ -87,6 +87,8 @@ def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | 
         "model_s": sum(e["latency_ms"] for e in calls) / 1000,
         "tool_s": (m.tool_latency_ms / 1000) if m else 0.0,
         "answer": outcome.result.final.answer if outcome.result.final else None,
+        "actions": [{e["decision"]["tool"]: e["decision"]["arguments"]} for e in outcome.events
+                    if e["type"] in ("decision.valid", "decision.repaired") and e["decision"]["type"] == "action"],
     }
 
 
@@ -160,6 +162,7 @@ def main() -> None:
                 failed = [k for k, v in r["checks"].items() if not v]
                 print(f"  failed run: pack={r['pack']} T={r['temperature']} seed={r['seed']} "
                       f"{r['status']}/{r['stop_reason']} failed checks={failed} answer={r['answer']!r}")
+                print(f"    actions: {r['actions']}")
         report.append({"model": name, "backend": policy.description.backend, "rates": rates,
                        "summaries": rows, "runs": greedy + sampled + alt})
     if args.json:
