@@ -21,8 +21,11 @@ MAX_EVENTS = 800
 HIDDEN_REASONING_KEYS = frozenset({"thought", "thoughts", "reasoning", "analysis", "chain_of_thought"})
 
 # POSIX absolute paths of two or more segments, Windows drive paths, UNC paths, file:// URLs.
+# A POSIX segment must start like a file name (letter, _, ., ~), so arithmetic such as
+# "(72 + 78) / 4 / 2" or "((a)/4)/78" is never mistaken for a path.
 _ABS_PATH = re.compile(
-    r"(file://)?(?:[A-Za-z]:[\\/][^\s'\"]*|\\\\[^\s'\"]+|(?<![\w.])/(?:[^\s/'\"]+/)+[^\s'\"]*)"
+    r"(file://)?(?:(?<![\w])[A-Za-z]:[\\/][^\s'\"]*|\\\\[^\s'\"]+"
+    r"|(?<![\w.)])/(?:[A-Za-z_.~][^\s/'\"]*/)+[^\s'\"]*)"
 )
 
 

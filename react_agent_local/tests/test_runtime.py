@@ -517,3 +517,14 @@ def test_answer_form_becomes_the_final_value_schema(tmp_path):
     final_request = policy.requests[3]
     assert final_request.value_schema["pattern"] == pattern
     assert form in final_request.messages[-1]["content"]
+
+
+def test_trace_redaction_keeps_arithmetic_and_removes_paths(tmp_path):
+    from agent.trace import redact_text
+
+    outputs = chain()
+    outputs[1] = json.dumps({"expression": "((72 + 78 + 81 + 85)/4)/1"})
+    outcome, _ = run_scripted(outputs, tmp_path)
+    started = [e for e in events_of(outcome, "tool.started") if e["tool"] == "calculator"][0]
+    assert started["arguments"]["expression"] == "((72 + 78 + 81 + 85)/4)/1"
+    assert redact_text("model at /home/alice/models/q.gguf and C:\\Users\\bob\\q.gguf") == "model at <path> and <path>"
