@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,30 +23,12 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from server_support import GOOD_SCRIPT, _die_with_parent, free_port  # noqa: E402  (shared with the runner tests)
+
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = [  # what the scripted policy writes after the runtime's prefix: search, calculate, plot, answer
-    json.dumps({"query": "AgentEval Mini batches release rule", "top_k": 3}),
-    json.dumps({"expression": "(72 + 78 + 81 + 85) / 4"}),
-    json.dumps({"labels": ["Batch A", "Batch B", "Batch C", "Batch D"], "values": [72, 78, 81, 85],
-                "average": 79, "title": "AgentEval Mini Task Success"}),
-    json.dumps("The average Task Success is 79; the lowest batch value is 72; the release rule is met."),
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """Linux: the runner gets SIGTERM if this script dies, so a killed check leaves no server behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+SCRIPT = GOOD_SCRIPT  # the scripted test policy's outputs: search, calculate, plot, answer
 
 
 def percentile(values: list[float], q: float) -> float:
