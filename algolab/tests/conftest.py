@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,27 +23,19 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 REAL_MODEL = Path.home() / ".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 TEST_POLICY_ENV = "REACT_AGENT_TEST_POLICY"
 
-# What the scripted test policy writes after the runtime's prefix: search, calculate, plot, answer.
-# The first output takes a few seconds so a run can be cancelled while the "model" is generating.
-GOOD_SCRIPT: list[Any] = [
-    json.dumps({"query": "AgentEval Mini batches release rule", "top_k": 3}),
-    json.dumps({"expression": "(72 + 78 + 81 + 85) / 4"}),
-    json.dumps({"labels": ["Batch A", "Batch B", "Batch C", "Batch D"], "values": [72, 78, 81, 85],
-                "average": 79, "title": "AgentEval Mini Task Success"}),
-    json.dumps("The average Task Success is 79; the lowest batch value is 72; the release rule is met."),
-]
+# The scripted outputs and free_port are shared with the runner's own tests (one copy).
+for _path in (PACKAGE_DIR, PACKAGE_DIR / "tests"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+from server_support import GOOD_SCRIPT, free_port  # noqa: E402
+
+# The first scripted output takes a few seconds so a run can be cancelled while the "model" is generating.
 FIRST_CALL_SECONDS = 4.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "browser: drives the page in headless Chromium (Playwright)")
     config.addinivalue_line("markers", "slow: takes minutes (a real local model)")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,20 +15,17 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from agent.packs import load_pack
 from agent.server import RunnerSettings, create_app, scripted_policy_factory
+from runtime_helpers import chain_outputs
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 BASE_URL = "http://127.0.0.1:4890"
 PAGE_ORIGIN = "http://127.0.0.1:8017"
 
-# What the model writes after the runtime's prefix in guided mode: search, calculate, plot, answer.
-GOOD_SCRIPT: list[Any] = [
-    json.dumps({"query": "AgentEval Mini batches release rule", "top_k": 3}),
-    json.dumps({"expression": "(72 + 78 + 81 + 85) / 4"}),
-    json.dumps({"labels": ["Batch A", "Batch B", "Batch C", "Batch D"], "values": [72, 78, 81, 85],
-                "average": 79, "title": "AgentEval Mini Task Success"}),
-    json.dumps("The average Task Success is 79; the lowest batch value is 72; the release rule is met."),
-]
+# What the model writes after the runtime's prefix in guided mode: search, calculate, plot, answer,
+# computed from the default pack's own knowledge (runtime_helpers.chain_outputs), not typed in.
+GOOD_SCRIPT: list[Any] = chain_outputs(load_pack(None))
 
 
 def slow_script(seconds: float) -> list[Any]:
