@@ -293,9 +293,12 @@
     { key: 'no_progress_limit', label: 'no_progress_limit', int: true },
     { key: 'decision_max_new_tokens', label: '单轮 max_new_tokens', int: true },
     { key: 'temperature', label: 'temperature', int: false },
+    { key: 'top_p', label: 'top_p（采样时）', int: false },
+    { key: 'top_k', label: 'top_k（采样时）', int: true },
   ];
   const PRESET = { max_steps: 12, max_tool_calls: 10, max_seconds: 300, max_input_tokens: 32000, max_output_tokens: 4000,
-    max_retries: 2, repeated_action_limit: 3, no_progress_limit: 3, decision_max_new_tokens: 256, temperature: 0 };
+    max_retries: 2, repeated_action_limit: 3, no_progress_limit: 3, decision_max_new_tokens: 256, temperature: 0,
+    top_p: 0.8, top_k: 20 };
   const TERMINAL = new Set(['completed', 'stopped', 'failed', 'cancelled']);
   const STATUS_TEXT = { queued: '排队中 queued', running: '运行中 running', completed: '已完成 completed',
     stopped: '已停止 stopped', failed: '失败 failed', cancelled: '已取消 cancelled' };

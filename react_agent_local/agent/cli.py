@@ -127,7 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     budgets = Budgets(**{k: v for k, v in {
         "max_steps": args.max_steps, "max_tool_calls": args.max_tool_calls, "max_seconds": args.max_seconds,
-        "temperature": args.temperature, "seed": args.seed}.items() if v is not None})
+        "temperature": args.temperature, "seed": args.seed, "top_p": args.top_p,
+        "top_k": args.top_k}.items() if v is not None})
 
     def load():
         from .backends import load_policy
@@ -190,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-seconds", type=float, default=None)
     run.add_argument("--temperature", type=float, default=None)
     run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--top-p", type=float, default=None, help="nucleus mass when sampling (default 0.8)")
+    run.add_argument("--top-k", type=int, default=None, help="candidates kept when sampling (default 20)")
     run.add_argument("--runs-dir", default=str(PACKAGE_ROOT / ".runs"))
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the trace")
     run.set_defaults(func=cmd_run)

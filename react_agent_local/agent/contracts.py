@@ -167,6 +167,10 @@ class Budgets(BaseModel):
     decision_max_new_tokens: int = Field(default=256, ge=16, le=2048, description="Tokens per model call at most.")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature (0 = greedy).")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampling seed, when sampling.")
+    # Qwen2.5-Instruct's published generation_config.json samples with temperature 0.7, top_p 0.8,
+    # top_k 20; the same nucleus is used here whenever temperature > 0 (it has no effect when greedy).
+    top_p: float = Field(default=0.8, gt=0.0, le=1.0, description="Nucleus sampling mass, when sampling.")
+    top_k: int = Field(default=20, ge=1, le=1000, description="Candidates kept before top_p, when sampling.")
 
 
 #: The page's recommended preset (SPEC R-RT-1).

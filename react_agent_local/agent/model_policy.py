@@ -44,6 +44,8 @@ class ModelRequest:
     max_new_tokens: int
     temperature: float = 0.0
     seed: int | None = None
+    top_p: float = 0.8
+    top_k: int = 20
     deadline: float | None = None  # time.monotonic() value; generation stops when reached
     cancel: threading.Event = field(default_factory=threading.Event)
     purpose: Literal["decision", "repair"] = "decision"

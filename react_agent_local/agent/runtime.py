@@ -165,6 +165,8 @@ class Run:
             max_new_tokens=max(1, min(self.budgets.decision_max_new_tokens, left)),
             temperature=self.budgets.temperature if purpose == "decision" else 0.0,
             seed=self.budgets.seed,
+            top_p=self.budgets.top_p,
+            top_k=self.budgets.top_k,
             deadline=self.deadline,
             cancel=self.cancel,
             purpose=purpose,

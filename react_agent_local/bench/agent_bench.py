@@ -61,9 +61,10 @@ def measure_rates(policy: Any) -> dict[str, float]:
     return {"prompt_tokens_per_s": statistics.median(pp), "gen_tokens_per_s": statistics.median(gen)}
 
 
-def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | None, max_seconds: float) -> dict[str, Any]:
+def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | None, max_seconds: float,
+            sampling: dict[str, Any] | None = None) -> dict[str, Any]:
     pack = load_pack(pack_name)
-    budgets = Budgets(temperature=temperature, seed=seed, max_seconds=max_seconds)
+    budgets = Budgets(temperature=temperature, seed=seed, max_seconds=max_seconds, **(sampling or {}))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         outcome = run_agent(pack, policy, budgets, artifact_dir=Path(tmp))
@@ -139,9 +140,14 @@ def main() -> None:
     parser.add_argument("--alt-pack", action="append", default=None, help="extra pack(s), greedy (default release_hold)")
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--seed-base", type=int, default=1000, help="sampled run i uses seed seed-base + i")
+    parser.add_argument("--top-p", type=float, default=None, help="sampled runs' top_p (default: Budgets')")
+    parser.add_argument("--top-k", type=int, default=None, help="sampled runs' top_k (default: Budgets')")
     parser.add_argument("--json", default=None, help="also write all runs and summaries here")
     args = parser.parse_args()
     alt_packs = args.alt_pack or ["release_hold"]
+    sampling = {k: v for k, v in {"top_p": args.top_p, "top_k": args.top_k}.items() if v is not None}
+    shown = Budgets(**sampling)
+    print(f"sampled runs: temperature 0.7, top_p {shown.top_p}, top_k {shown.top_k}")
     report = []
     for model in args.model:
         unload_all()
@@ -152,7 +158,7 @@ def main() -> None:
         rates["load_s"] = load_s
         name = policy.description.name
         greedy = [one_run(policy, None, 0.0, None, args.max_seconds)]
-        sampled = [one_run(policy, None, 0.7, args.seed_base + i, args.max_seconds) for i in range(args.runs)]
+        sampled = [one_run(policy, None, 0.7, args.seed_base + i, args.max_seconds, sampling) for i in range(args.runs)]
         alt = [one_run(policy, p, 0.0, None, args.max_seconds) for p in alt_packs]
         rows = [summarize("default, greedy", greedy, rates), summarize("default, T=0.7", sampled, rates),
                 summarize("alt packs, greedy", alt, rates)]

@@ -425,3 +425,13 @@ def test_real_sampling_with_seed_is_reproducible(real_policy):
     b = real_policy.generate(_calc_request(temperature=0.9, seed=123))
     assert a.text == b.text
     TOOL_ARGUMENTS["calculator"].model_validate(json.loads(a.text))
+
+
+@pytest.mark.slow
+def test_real_top_k_one_is_greedy_even_when_hot(real_policy):
+    """top_k reaches llama.cpp's sampler: keeping one candidate makes a hot sample the greedy text."""
+    greedy = real_policy.generate(_calc_request(value_schema={"type": "string", "maxLength": 80}))
+    for seed in (1, 2, 3):
+        hot = real_policy.generate(_calc_request(value_schema={"type": "string", "maxLength": 80},
+                                                 temperature=2.0, top_k=1, seed=seed))
+        assert hot.text == greedy.text

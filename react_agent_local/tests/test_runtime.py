@@ -284,6 +284,22 @@ def test_output_budget_tightens_max_new_tokens(tmp_path):
     assert policy.requests[1].max_new_tokens < 200
 
 
+def test_sampling_settings_reach_every_decision_call_and_repairs_stay_greedy(tmp_path):
+    budgets = Budgets(temperature=0.7, seed=11, top_p=0.6, top_k=7)
+    outcome, policy = run_scripted(["not json", *chain()], tmp_path, budgets=budgets)
+    assert outcome.result.status == "completed"
+    decisions = [r for r in policy.requests if r.purpose == "decision"]
+    assert len(decisions) == 4 and policy.requests[1].purpose == "repair"
+    assert {(r.temperature, r.seed, r.top_p, r.top_k) for r in decisions} == {(0.7, 11, 0.6, 7)}
+    assert policy.requests[1].temperature == 0.0
+
+
+@pytest.mark.parametrize("bad", [{"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}])
+def test_sampling_settings_are_validated(bad):
+    with pytest.raises(ValueError):
+        Budgets(**bad)
+
+
 def test_timeout_during_model_call(tmp_path):
     outcome, _ = run_scripted([Slow(KNOWLEDGE, 5.0)], tmp_path, budgets=Budgets(max_seconds=0.3))
     assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "timeout")

@@ -319,7 +319,7 @@ class LlamaCppPolicy:
             return done("", 0, reason, cached, prefill_ms)
         out: list[int] = []
         text, finish = "", "length"
-        sampler = _Sampler(self._llama_cpp, llm, gbnf, request.temperature, request.seed)
+        sampler = _Sampler(self._llama_cpp, llm, gbnf, request)
         try:
             llm.eval(tokens[-1:])  # the last prompt token gives the logits of the first new one
             while True:
@@ -353,7 +353,10 @@ class LlamaCppPolicy:
 
 
 class _Sampler:
-    """Greedy (temperature 0) or top-k/top-p/min-p sampling, with the grammar applied lazily.
+    """Greedy (temperature 0) or temperature/top-k/top-p sampling, with the grammar applied lazily.
+
+    The stages run in transformers' order (temperature first, then top-k and top-p), so
+    ``top_p``/``top_k`` mean what they mean in a model's ``generation_config.json``.
 
     Applying a grammar to all ~150k candidates costs about as much as a decode step on a 2-core
     CPU, so (like llama.cpp's own common sampler) the token is first sampled without the grammar
@@ -362,17 +365,17 @@ class _Sampler:
     abort llama.cpp.
     """
 
-    def __init__(self, lc: Any, llm: Any, gbnf: str | None, temperature: float, seed: int | None):
+    def __init__(self, lc: Any, llm: Any, gbnf: str | None, request: ModelRequest):
         import random
 
         from llama_cpp._internals import LlamaTokenDataArray
 
         self.lc, self.ctx, self.n_vocab = lc, llm._ctx.ctx, llm.n_vocab()
         self.chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-        if temperature > 0:
-            for stage in (lc.llama_sampler_init_top_k(40), lc.llama_sampler_init_top_p(0.95, 1),
-                          lc.llama_sampler_init_min_p(0.05, 1), lc.llama_sampler_init_temp(temperature),
-                          lc.llama_sampler_init_dist(seed if seed is not None else random.getrandbits(32))):
+        if request.temperature > 0:
+            seed = request.seed if request.seed is not None else random.getrandbits(32)
+            for stage in (lc.llama_sampler_init_temp(request.temperature), lc.llama_sampler_init_top_k(request.top_k),
+                          lc.llama_sampler_init_top_p(request.top_p, 1), lc.llama_sampler_init_dist(seed)):
                 lc.llama_sampler_chain_add(self.chain, stage)
         else:
             lc.llama_sampler_chain_add(self.chain, lc.llama_sampler_init_greedy())

@@ -194,7 +194,7 @@ class TransformersPolicy:
         sampling = request.temperature > 0
         config = GenerationConfig(
             max_new_tokens=budget, do_sample=sampling, temperature=request.temperature if sampling else None,
-            top_p=0.95 if sampling else None, top_k=40 if sampling else None,
+            top_p=request.top_p if sampling else None, top_k=request.top_k if sampling else None,
             eos_token_id=self.eos_ids or None,
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (
                 self.eos_ids[0] if self.eos_ids else None),
