@@ -258,6 +258,14 @@ def test_experiment_3_full_run_with_the_test_policy(page: Any, runner: Process, 
     expect(page.locator("#run-start")).to_be_disabled()
     page.click("#budget-preset")
     expect(page.locator("#run-start")).to_be_enabled()
+    # Sampling settings: Qwen's published defaults, with the contract's ranges (0 < top_p <= 1).
+    assert [page.input_value(f"#b-{k}") for k in ("temperature", "top_p", "top_k")] == ["0", "0.8", "20"]
+    page.click("details.advanced summary")
+    page.fill("#b-top_p", "0")
+    expect(page.locator("#budget-error")).to_contain_text("top_p")
+    expect(page.locator("#run-start")).to_be_disabled()
+    page.click("#budget-preset")
+    expect(page.locator("#run-start")).to_be_enabled()
     shot(page, "07-experiment3-model-inspected", "#exp3 .run-grid")
 
     page.click("#run-start")
