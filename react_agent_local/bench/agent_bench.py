@@ -45,6 +45,9 @@ def p90(values: list[float]) -> float:
 def measure_rates(policy: Any) -> dict[str, float]:
     """Prompt-processing and generation tokens/s of this model here (median of 3, fresh prompts)."""
     pp, gen = [], []
+    # One unmeasured call first: a backend's first generate pays one-off costs (allocations, kernels).
+    policy.generate(ModelRequest(messages=[{"role": "user", "content": "Say hello."}], prefix="",
+                                 value_schema=None, suffix="", max_new_tokens=4))
     for _ in range(3):
         filler = " ".join(secrets.token_hex(3) for _ in range(180))  # unique: nothing reusable in the cache
         request = ModelRequest(messages=[{"role": "user", "content": f"Repeat: {filler}"}], prefix="",
@@ -52,8 +55,9 @@ def measure_rates(policy: Any) -> dict[str, float]:
         g = policy.generate(request)
         evaluated = g.input_tokens - g.cached_tokens
         pp.append(evaluated / ((g.prompt_eval_ms or g.latency_ms) / 1000))
-        request = ModelRequest(messages=[{"role": "user", "content": "Count from 1 to 200, comma separated."}],
-                               prefix="1, 2, 3,", value_schema=None, suffix="", max_new_tokens=64)
+        # An open JSON string: no backend's "value complete" stop cuts the generation short.
+        request = ModelRequest(messages=[{"role": "user", "content": "Write one long sentence about the sea."}],
+                               prefix='"', value_schema=None, suffix="", max_new_tokens=64)
         g = policy.generate(request)
         gen_ms = g.latency_ms - (g.prompt_eval_ms or 0.0)
         if g.output_tokens:
@@ -62,12 +66,12 @@ def measure_rates(policy: Any) -> dict[str, float]:
 
 
 def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | None, max_seconds: float,
-            sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+            sampling: dict[str, Any] | None = None, mode: str | None = None) -> dict[str, Any]:
     pack = load_pack(pack_name)
     budgets = Budgets(temperature=temperature, seed=seed, max_seconds=max_seconds, **(sampling or {}))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        outcome = run_agent(pack, policy, budgets, artifact_dir=Path(tmp))
+        outcome = run_agent(pack, policy, budgets, artifact_dir=Path(tmp), mode=mode)
     wall = time.perf_counter() - started
     m = outcome.result.metrics
     calls = [e for e in outcome.events if e["type"] in ("model.completed", "model.repair.completed")]
@@ -140,6 +144,7 @@ def main() -> None:
     parser.add_argument("--alt-pack", action="append", default=None, help="extra pack(s), greedy (default release_hold)")
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--seed-base", type=int, default=1000, help="sampled run i uses seed seed-base + i")
+    parser.add_argument("--mode", default=None, choices=["guided", "free"], help="override the packs' mode")
     parser.add_argument("--top-p", type=float, default=None, help="sampled runs' top_p (default: Budgets')")
     parser.add_argument("--top-k", type=int, default=None, help="sampled runs' top_k (default: Budgets')")
     parser.add_argument("--json", default=None, help="also write all runs and summaries here")
@@ -147,7 +152,8 @@ def main() -> None:
     alt_packs = args.alt_pack or ["release_hold"]
     sampling = {k: v for k, v in {"top_p": args.top_p, "top_k": args.top_k}.items() if v is not None}
     shown = Budgets(**sampling)
-    print(f"sampled runs: temperature 0.7, top_p {shown.top_p}, top_k {shown.top_k}")
+    print(f"sampled runs: temperature 0.7, top_p {shown.top_p}, top_k {shown.top_k}; "
+          f"mode: {args.mode or 'as each pack says'}")
     report = []
     for model in args.model:
         unload_all()
@@ -157,9 +163,9 @@ def main() -> None:
         rates = measure_rates(policy)
         rates["load_s"] = load_s
         name = policy.description.name
-        greedy = [one_run(policy, None, 0.0, None, args.max_seconds)]
-        sampled = [one_run(policy, None, 0.7, args.seed_base + i, args.max_seconds, sampling) for i in range(args.runs)]
-        alt = [one_run(policy, p, 0.0, None, args.max_seconds) for p in alt_packs]
+        greedy = [one_run(policy, None, 0.0, None, args.max_seconds, mode=args.mode)]
+        sampled = [one_run(policy, None, 0.7, args.seed_base + i, args.max_seconds, sampling, args.mode) for i in range(args.runs)]
+        alt = [one_run(policy, p, 0.0, None, args.max_seconds, mode=args.mode) for p in alt_packs]
         rows = [summarize("default, greedy", greedy, rates), summarize("default, T=0.7", sampled, rates),
                 summarize("alt packs, greedy", alt, rates)]
         print_table(f"{name} ({policy.description.backend})", rates, rows)

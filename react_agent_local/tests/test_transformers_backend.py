@@ -105,6 +105,23 @@ def test_cache_reuses_and_unloads(tiny_model):
     assert loaded_models() == [] and unload_all()["count"] == 0
 
 
+def test_prompt_prefix_is_reused_from_the_kv_cache(tiny_model):
+    unload_all()
+    policy = load_policy(str(tiny_model), device="cpu", dtype="float32")
+    first = _request(max_new_tokens=8)
+    grown = _request(max_new_tokens=8, messages=[{"role": "user", "content": "compute (70 + 80) / 2\n"
+                                                   "[obs-1] calculator ok: (70 + 80) / 2 = 75"}])
+    assert policy.generate(first).cached_tokens == 0
+    step2 = policy.generate(grown)
+    assert 10 < step2.cached_tokens < step2.input_tokens  # the shared start of the prompt only
+    again = policy.generate(grown)
+    assert again.cached_tokens == again.input_tokens - 1 and again.text == step2.text
+    unload_all()  # a fresh policy has no cache: the same tokens from a full forward pass
+    fresh = load_policy(str(tiny_model), device="cpu", dtype="float32").generate(grown)
+    assert fresh.cached_tokens == 0 and fresh.text == step2.text and fresh.output_tokens == step2.output_tokens
+    unload_all()
+
+
 def test_deadline_and_cancel(tiny_model):
     policy = load_policy(str(tiny_model), device="cpu", dtype="float32")
     gen = policy.generate(_request(deadline=time.monotonic() - 1, max_new_tokens=50))

@@ -7,6 +7,10 @@ There is no grammar here: generation stops at end-of-turn, at ``max_new_tokens``
 text after the prefix is one complete JSON value, or at the request's deadline/cancel (checked
 after every token; the prompt's single forward pass cannot be interrupted).
 
+Like the llama.cpp backend, the policy keeps the KV cache of its last call: the next prompt's
+longest common token prefix with it is reused (``DynamicCache.crop``) and only the rest is run
+through the model, reported as ``cached_tokens``.
+
 torch and transformers are imported only in this module, and only when it is used.
 """
 
@@ -75,6 +79,13 @@ def resolve_device_dtype(device: str, dtype: str) -> tuple[str, str]:
     return device, dtype
 
 
+def _cache_kwarg() -> str:
+    """generate()'s name for a caller's KV cache: ``cache`` in transformers 5.x, ``past_key_values`` before."""
+    from transformers.generation import utils
+
+    return "cache" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
 class _StopWhen:
     """StoppingCriteria: deadline/cancel, or the text after the prompt is a complete JSON value."""
 
@@ -111,6 +122,8 @@ class TransformersPolicy:
         self._torch = torch
         self.device, self.dtype = resolve_device_dtype(device, dtype)
         self._lock = threading.Lock()
+        self._cache: Any = None  # DynamicCache of the last call
+        self._cache_ids: list[int] = []  # the tokens whose keys/values that cache holds
         source = str(loc.folder)
         kwargs: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
         if loc.kind == "gguf":
@@ -183,14 +196,17 @@ class TransformersPolicy:
             raise ContextOverflow(f"the prompt has {prompt_len} tokens; with {request.max_new_tokens} to "
                                   f"generate it exceeds the model context of {self.max_context} tokens")
 
+        reused = 0
+
         def done(text: str, out: int, reason: str, prefill_ms: float | None) -> Generation:
             return Generation(text=text, input_tokens=prompt_len, output_tokens=out,
                               latency_ms=(time.perf_counter() - started) * 1000, finish_reason=reason,
-                              cached_tokens=0, prompt_eval_ms=prefill_ms)
+                              cached_tokens=reused, prompt_eval_ms=prefill_ms)
 
         reason = request.should_stop()
         if reason:
             return done("", 0, reason, None)
+        cache, reused = self._reusable_cache(input_ids[0].tolist())
         sampling = request.temperature > 0
         config = GenerationConfig(
             max_new_tokens=budget, do_sample=sampling, temperature=request.temperature if sampling else None,
@@ -202,11 +218,14 @@ class TransformersPolicy:
         if sampling and request.seed is not None:
             torch.manual_seed(request.seed)
         stop = _StopWhen(request, prompt_len, self._decode, started)
+        self._cache, self._cache_ids = None, []  # a failed call leaves no half-written cache behind
         with torch.inference_mode():
             output = self.model.generate(
                 input_ids=input_ids, attention_mask=encoded["attention_mask"].to(self.device),
                 generation_config=config, stopping_criteria=StoppingCriteriaList([stop]),
+                **{_cache_kwarg(): cache},
             )
+        self._cache, self._cache_ids = cache, output[0, :cache.get_seq_length()].tolist()
         new = output[0, prompt_len:].tolist()
         hit_eos = bool(new) and new[-1] in self.eos_ids
         if hit_eos:
@@ -223,10 +242,29 @@ class TransformersPolicy:
         prefill_ms = (stop.first_token_at - started) * 1000 if stop.first_token_at else None
         return done(text, len(new), finish, prefill_ms)
 
+    def _reusable_cache(self, ids: list[int]) -> tuple[Any, int]:
+        """The last call's cache cropped to its common prefix with ``ids`` (at least one token left to run)."""
+        from transformers import DynamicCache
+
+        common = 0
+        limit = min(len(ids) - 1, len(self._cache_ids))
+        while common < limit and ids[common] == self._cache_ids[common]:
+            common += 1
+        if self._cache is None or common == 0:
+            try:
+                return DynamicCache(config=self.model.config), 0
+            except TypeError:  # transformers 4.x: no config argument
+                return DynamicCache(), 0
+        surplus = self._cache.get_seq_length() - common
+        if surplus > 0:
+            self._cache.crop(-surplus)  # a negative count removes that many tokens from the end
+        return self._cache, common
+
     def close(self) -> None:
         with self._lock:
             self.model = None
             self.tokenizer = None
+            self._cache, self._cache_ids = None, []
 
 
 def load(loc: ModelLocation, device: str = "auto", dtype: str = "auto", **options: Any) -> TransformersPolicy:
