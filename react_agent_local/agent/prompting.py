@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .contracts import DECISION_ADAPTER, TOOL_ARGUMENTS, Observation
+from .contracts import TOOL_ARGUMENTS, Observation
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 VISIBLE_OBSERVATIONS = 10
@@ -125,11 +125,14 @@ class Branch:
         if self.kind == "action":
             return argument_schema(self.tool)
         if self.kind == "final":
-            if self.answer_form:
-                return {"type": "string", "minLength": 1, "maxLength": 600,
-                        "pattern": answer_form_pattern(self.answer_form)}
-            return ANSWER_SCHEMA
-        return free_decision_schema()
+            return self.answer_schema
+        return free_decision_schema(self.evidence_ids, self.answer_form)
+
+    @property
+    def answer_schema(self) -> dict[str, Any]:
+        if self.answer_form:
+            return {"type": "string", "minLength": 1, "maxLength": 600, "pattern": answer_form_pattern(self.answer_form)}
+        return ANSWER_SCHEMA
 
     def summary(self) -> str:
         """The public Decision Summary: written by the runtime from the current gap, never by the model."""
@@ -144,9 +147,28 @@ class Branch:
         return "Free mode: the model chooses the next tool or the final answer."
 
 
-@lru_cache(maxsize=None)
-def free_decision_schema() -> dict[str, Any]:
-    return DECISION_ADAPTER.json_schema()
+def free_decision_schema(citable_ids: tuple[str, ...] = (), answer_form: str | None = None) -> dict[str, Any]:
+    """Free mode's schema: one alternative per tool (with that tool's full argument schema) and a Final.
+
+    The model still chooses the tool or the Final; the grammar only keeps each choice well typed, so
+    a chosen calculator gets the calculator's character set as in guided mode. A Final may cite only
+    ids of successful Observations that exist (``citable_ids``; none yet means no Final alternative);
+    whether those are enough evidence is still the runtime's evidence gate to decide.
+    """
+    def const_object(properties: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "properties": properties, "required": list(properties),
+                "additionalProperties": False}
+
+    choices = [const_object({"type": {"const": "action"}, "tool": {"const": tool},
+                             "arguments": argument_schema(tool)}) for tool in TOOL_ARGUMENTS]
+    if citable_ids:
+        answer = Branch("final", answer_form=answer_form).answer_schema
+        choices.append(const_object({
+            "type": {"const": "final"},
+            "evidence_ids": {"type": "array", "items": {"enum": list(citable_ids)}, "minItems": 1,
+                             "maxItems": len(citable_ids)},
+            "answer": answer}))
+    return {"anyOf": choices}
 
 
 def system_message() -> str:
@@ -229,10 +251,12 @@ def branch_instruction(branch: Branch) -> str:
         form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
                 if branch.answer_form else "as plain sentences (not JSON inside the string).")
         return prompt_text("final").format(evidence_ids=", ".join(branch.evidence_ids), answer_form=form)
+    form = f' in exactly this form: "{branch.answer_form}"' if branch.answer_form else ""
     return (
         "NEXT DECISION: choose. Either an action "
-        '{"type": "action", "tool": NAME, "arguments": {...}} or, when every required tool has a '
-        'successful Observation, a final {"type": "final", "answer": TEXT, "evidence_ids": [IDS]}.'
+        '{"type": "action", "tool": NAME, "arguments": {...}} for the first fact still missing, or, when '
+        "every fact the task needs has a successful Observation, a final "
+        f'{{"type": "final", "evidence_ids": [IDS], "answer": TEXT}}{form}.'
     )
 
 
@@ -253,10 +277,10 @@ def full_decision_schema(branch: Branch) -> dict[str, Any]:
             "type": "object",
             "properties": {
                 "type": {"const": "final"},
-                "answer": ANSWER_SCHEMA,
+                "answer": branch.answer_schema,
                 "evidence_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             },
             "required": ["type", "answer", "evidence_ids"],
             "additionalProperties": False,
         }
-    return free_decision_schema()
+    return free_decision_schema(branch.evidence_ids, branch.answer_form)

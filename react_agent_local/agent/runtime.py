@@ -34,7 +34,7 @@ from .decisions import DecisionError, parse_decision
 from .metrics import RunRecord, compute_metrics
 from .model_policy import Generation, ModelRequest, ModelUnavailable, Policy
 from .packs import TaskPack
-from .prompting import Branch, build_messages
+from .prompting import VISIBLE_OBSERVATIONS, Branch, build_messages
 from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, default_registry
 from .trace import Trace, sha256_text
 
@@ -445,7 +445,8 @@ class Run:
     def _branch(self) -> Branch:
         """Guided mode (§5): the first required tool without a successful Observation, else Final."""
         if self.mode == "free":
-            return Branch("free")
+            citable = tuple(o.id for o in self.observations[-VISIBLE_OBSERVATIONS:] if o.ok)
+            return Branch("free", evidence_ids=citable, answer_form=self.pack.task.answer_form)
         latest_ok: dict[str, str] = {}
         for obs in self.observations:
             if obs.ok:

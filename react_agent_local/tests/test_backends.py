@@ -274,6 +274,8 @@ def _value_schemas():
 
         schemas["runtime_answer"] = ANSWER_SCHEMA
         schemas["runtime_free_decision"] = free_decision_schema()
+        schemas["runtime_free_decision_with_final"] = free_decision_schema(
+            ("obs-knowledge_search-1", "obs-calculator-2"), "The average is {number}. It {meets|does not meet} the rule.")
         schemas.update({f"runtime_{name}": argument_schema(name) for name in TOOL_ARGUMENTS})
     except ImportError:
         pass

@@ -300,6 +300,24 @@ def test_sampling_settings_are_validated(bad):
         Budgets(**bad)
 
 
+def test_free_mode_schema_types_every_choice_and_cites_only_existing_observations(tmp_path):
+    actions, answer = free_chain()
+    final_text = json.dumps({"type": "final", "evidence_ids": ["obs-knowledge_search-1", "obs-calculator-2",
+                                                               "obs-plot-3"], "answer": answer})
+    outcome, policy = run_scripted(actions + [final_text], tmp_path, mode="free")
+    assert outcome.result.status == "completed"
+    first, last = policy.requests[0].value_schema["anyOf"], policy.requests[-1].value_schema["anyOf"]
+    # one alternative per tool, each with that tool's own argument schema; no Final before any evidence
+    assert [c["properties"]["tool"]["const"] for c in first] == ["knowledge_search", "calculator", "plot"]
+    calculator = first[1]["properties"]["arguments"]
+    assert calculator["properties"]["expression"]["pattern"] == "^[0-9 +\\-*/().]+$"
+    final = last[-1]["properties"]
+    assert final["type"] == {"const": "final"}
+    assert final["evidence_ids"]["items"]["enum"] == [o.id for o in outcome.result.observations]
+    assert final["answer"]["pattern"].startswith("^The average is ")  # the pack's answer form
+    assert policy.requests[-1].prefix == ""  # the model writes the whole Decision itself
+
+
 def test_timeout_during_model_call(tmp_path):
     outcome, _ = run_scripted([Slow(KNOWLEDGE, 5.0)], tmp_path, budgets=Budgets(max_seconds=0.3))
     assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "timeout")
@@ -487,7 +505,8 @@ def test_trace_is_capped_at_800_events_and_keeps_run_finished(tmp_path):
     action = '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 + %d"}}'
     outputs = [action % i for i in range(50)]
     outcome, _ = run_scripted(outputs, tmp_path, mode="free",
-                              budgets=Budgets(max_steps=50, max_tool_calls=50, no_progress_limit=8))
+                              budgets=Budgets(max_steps=50, max_tool_calls=50, no_progress_limit=8,
+                                              max_input_tokens=1_000_000))
     from agent.trace import Trace
 
     trace = Trace(max_events=20)
