@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from .contracts import Budgets
 from .packs import PACKAGE_ROOT, PackError, load_pack
 
@@ -125,10 +127,16 @@ def cmd_run(args: argparse.Namespace) -> int:
               "  python download_model.py --preset qwen2.5-coder-1.5b-gguf\n"
               "then run again (or pass --model PATH). Nothing was run.", file=sys.stderr)
         return 2
-    budgets = Budgets(**{k: v for k, v in {
-        "max_steps": args.max_steps, "max_tool_calls": args.max_tool_calls, "max_seconds": args.max_seconds,
-        "temperature": args.temperature, "seed": args.seed, "top_p": args.top_p,
-        "top_k": args.top_k}.items() if v is not None})
+    try:
+        budgets = Budgets(**{k: v for k, v in {
+            "max_steps": args.max_steps, "max_tool_calls": args.max_tool_calls, "max_seconds": args.max_seconds,
+            "temperature": args.temperature, "seed": args.seed, "top_p": args.top_p,
+            "top_k": args.top_k}.items() if v is not None})
+    except ValidationError as exc:
+        for problem in exc.errors():
+            flag = "--" + "-".join(str(part) for part in problem["loc"]).replace("_", "-")
+            print(f"error: {flag}: {problem['msg']}. Nothing was run.", file=sys.stderr)
+        return 2
 
     def load():
         from .backends import load_policy
