@@ -144,6 +144,7 @@ def main() -> None:
     parser.add_argument("--alt-pack", action="append", default=None, help="extra pack(s), greedy (default release_hold)")
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--seed-base", type=int, default=1000, help="sampled run i uses seed seed-base + i")
+    parser.add_argument("--sampled-pack", default=None, help="pack of the sampled runs (default: the default pack)")
     parser.add_argument("--mode", default=None, choices=["guided", "free"], help="override the packs' mode")
     parser.add_argument("--top-p", type=float, default=None, help="sampled runs' top_p (default: Budgets')")
     parser.add_argument("--top-k", type=int, default=None, help="sampled runs' top_k (default: Budgets')")
@@ -164,9 +165,10 @@ def main() -> None:
         rates["load_s"] = load_s
         name = policy.description.name
         greedy = [one_run(policy, None, 0.0, None, args.max_seconds, mode=args.mode)]
-        sampled = [one_run(policy, None, 0.7, args.seed_base + i, args.max_seconds, sampling, args.mode) for i in range(args.runs)]
+        sampled = [one_run(policy, args.sampled_pack, 0.7, args.seed_base + i, args.max_seconds, sampling, args.mode)
+                   for i in range(args.runs)]
         alt = [one_run(policy, p, 0.0, None, args.max_seconds, mode=args.mode) for p in alt_packs]
-        rows = [summarize("default, greedy", greedy, rates), summarize("default, T=0.7", sampled, rates),
+        rows = [summarize("default, greedy", greedy, rates), summarize(f"{args.sampled_pack or 'default'}, T=0.7", sampled, rates),
                 summarize("alt packs, greedy", alt, rates)]
         print_table(f"{name} ({policy.description.backend})", rates, rows)
         for r in greedy + sampled + alt:
