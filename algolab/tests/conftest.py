@@ -23,11 +23,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 REAL_MODEL = Path.home() / ".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 TEST_POLICY_ENV = "REACT_AGENT_TEST_POLICY"
 
-# The scripted outputs and free_port are shared with the runner's own tests (one copy).
+# The scripted outputs, free_port and stop_process are shared with the runner's own tests (one copy).
 for _path in (PACKAGE_DIR, PACKAGE_DIR / "tests"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
-from server_support import GOOD_SCRIPT, free_port  # noqa: E402
+from server_support import GOOD_SCRIPT, free_port, stop_process  # noqa: E402
 
 # The first scripted output takes a few seconds so a run can be cancelled while the "model" is generating.
 FIRST_CALL_SECONDS = 4.0
@@ -125,13 +125,7 @@ class Process:
         raise RuntimeError(f"{self.args[1:3]} did not start in {timeout} s; see {self.log_path}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.proc = None
         if getattr(self, "log", None):
             self.log.close()

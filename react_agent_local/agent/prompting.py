@@ -125,14 +125,8 @@ class Branch:
         if self.kind == "action":
             return argument_schema(self.tool)
         if self.kind == "final":
-            return self.answer_schema
+            return answer_schema(self.answer_form)
         return free_decision_schema(self.evidence_ids, self.answer_form)
-
-    @property
-    def answer_schema(self) -> dict[str, Any]:
-        if self.answer_form:
-            return {"type": "string", "minLength": 1, "maxLength": 600, "pattern": answer_form_pattern(self.answer_form)}
-        return ANSWER_SCHEMA
 
     def summary(self) -> str:
         """The public Decision Summary: written by the runtime from the current gap, never by the model."""
@@ -147,6 +141,15 @@ class Branch:
         return "Free mode: the model chooses the next tool or the final answer."
 
 
+@lru_cache(maxsize=None)
+def answer_schema(answer_form: str | None) -> dict[str, Any]:
+    """The Final's answer: the pack's answer form when it declares one, else free prose."""
+    if answer_form:
+        return {"type": "string", "minLength": 1, "maxLength": 600, "pattern": answer_form_pattern(answer_form)}
+    return ANSWER_SCHEMA
+
+
+@lru_cache(maxsize=64)
 def free_decision_schema(citable_ids: tuple[str, ...] = (), answer_form: str | None = None) -> dict[str, Any]:
     """Free mode's schema: one alternative per tool (with that tool's full argument schema) and a Final.
 
@@ -162,12 +165,11 @@ def free_decision_schema(citable_ids: tuple[str, ...] = (), answer_form: str | N
     choices = [const_object({"type": {"const": "action"}, "tool": {"const": tool},
                              "arguments": argument_schema(tool)}) for tool in TOOL_ARGUMENTS]
     if citable_ids:
-        answer = Branch("final", answer_form=answer_form).answer_schema
         choices.append(const_object({
             "type": {"const": "final"},
             "evidence_ids": {"type": "array", "items": {"enum": list(citable_ids)}, "minItems": 1,
                              "maxItems": len(citable_ids)},
-            "answer": answer}))
+            "answer": answer_schema(answer_form)}))
     return {"anyOf": choices}
 
 
@@ -277,7 +279,7 @@ def full_decision_schema(branch: Branch) -> dict[str, Any]:
             "type": "object",
             "properties": {
                 "type": {"const": "final"},
-                "answer": branch.answer_schema,
+                "answer": answer_schema(branch.answer_form),
                 "evidence_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             },
             "required": ["type", "answer", "evidence_ids"],

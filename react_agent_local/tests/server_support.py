@@ -81,6 +81,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
+    """Signal a child server and wait for it; kill it if it has not exited in 15 s."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 class RunnerProcess:
     """``python algolab_local_runner.py`` as a child process with the scripted test policy."""
 
@@ -120,13 +131,7 @@ class RunnerProcess:
         return httpx.Client(base_url=self.base_url, timeout=10.0, **kwargs)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, sig)
         self.proc = None
         if getattr(self, "log", None):
             self.log.close()

@@ -124,6 +124,7 @@ class TransformersPolicy:
         self._lock = threading.Lock()
         self._cache: Any = None  # DynamicCache of the last call
         self._cache_ids: list[int] = []  # the tokens whose keys/values that cache holds
+        self._cache_kwarg = _cache_kwarg()
         source = str(loc.folder)
         kwargs: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
         if loc.kind == "gguf":
@@ -223,7 +224,7 @@ class TransformersPolicy:
             output = self.model.generate(
                 input_ids=input_ids, attention_mask=encoded["attention_mask"].to(self.device),
                 generation_config=config, stopping_criteria=StoppingCriteriaList([stop]),
-                **{_cache_kwarg(): cache},
+                **{self._cache_kwarg: cache},
             )
         self._cache, self._cache_ids = cache, output[0, :cache.get_seq_length()].tolist()
         new = output[0, prompt_len:].tolist()
