@@ -1,9 +1,9 @@
-"""Typed contracts: the single source of truth for Decisions, tool arguments, Observations and budgets.
+"""Typed contracts: the single source of truth for Decisions, Observations, budgets and task packs.
 
-Everything else is generated from these classes: ``schemas/decision.schema.json`` and
-``schemas/tool_registry.json`` (``python -m agent schemas --write``), the HTTP bodies of the
-runner, and the argument schema inlined into each prompt. A test proves the committed schema files
-match this module.
+Everything else is generated from these classes: ``schemas/decision.schema.json``
+(``python -m agent schemas --write``) and the HTTP bodies of the runner. Tool argument models live
+with their tools (``agent/tools/``) and reach ``schemas/tool_registry.json``, the prompts and the
+grammar through the tool registry. A test proves the committed schema files match the code.
 
 The model proposes a ``Decision``; it is a closed union of two branches, each with a ``Literal``
 type tag. Unknown fields are rejected (``extra="forbid"``), so a model that adds ``reasoning`` or
@@ -15,15 +15,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 # --------------------------------------------------------------------------------------------
 # Decisions (R-DEC-1)
 # --------------------------------------------------------------------------------------------
-
-TOOL_NAMES = ("knowledge_search", "calculator", "plot")
-ToolName = Literal["knowledge_search", "calculator", "plot"]
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
@@ -33,7 +29,7 @@ class ActionDecision(_Strict):
     """Ask the runtime to run one tool with these arguments."""
 
     type: Literal["action"]
-    tool: ToolName = Field(description="One of the registered tools.")
+    tool: str = Field(min_length=1, max_length=64, description="One of the run's registered tools.")
     arguments: dict[str, Any] = Field(description="Arguments; validated against the tool's schema.")
 
 
@@ -51,78 +47,6 @@ Decision = Annotated[Union[ActionDecision, FinalDecision], Field(discriminator="
 DECISION_ADAPTER: TypeAdapter[ActionDecision | FinalDecision] = TypeAdapter(Decision)
 
 # --------------------------------------------------------------------------------------------
-# Tool arguments (R-TOOL) -- every constraint lives here so the grammar can enforce it too.
-# --------------------------------------------------------------------------------------------
-
-# The calculator's character set: digits, spaces, the four operators, parentheses, a decimal point.
-CALCULATOR_PATTERN = r"^[0-9 +\-*/().]+$"
-
-
-class KnowledgeSearchArgs(_Strict):
-    """Search the package's own knowledge files (knowledge/*.md) and return cited chunks."""
-
-    query: str = Field(min_length=1, max_length=500, description="What to look for.")
-    top_k: int = Field(default=3, ge=1, le=4, description="How many chunks to return (1..4).")
-
-
-class CalculatorArgs(_Strict):
-    """Evaluate one arithmetic expression exactly: numbers, + - * /, unary signs, parentheses."""
-
-    expression: str = Field(
-        min_length=1,
-        max_length=240,
-        pattern=CALCULATOR_PATTERN,
-        description="Arithmetic only, e.g. (70 + 80) / 2. No names, calls, ** or //.",
-    )
-
-
-class PlotArgs(_Strict):
-    """Draw a bar chart of labelled values, optionally with an average line; returns a PNG artifact."""
-
-    labels: list[Annotated[str, Field(min_length=1, max_length=40)]] = Field(
-        min_length=1, max_length=20, description="Bar labels, 1..20."
-    )
-    values: list[float] = Field(
-        min_length=1, max_length=20, description="One finite number per label."
-    )
-    title: str = Field(min_length=1, max_length=120, description="Chart title.")
-    average: float | None = Field(default=None, description="Draw a horizontal average line here.")
-    y_label: str = Field(default="value", min_length=1, max_length=60, description="Y axis label.")
-
-    @field_validator("values")
-    @classmethod
-    def _finite(cls, values: list[float]) -> list[float]:
-        for v in values:
-            if v != v or v in (float("inf"), float("-inf")):
-                raise ValueError("values must be finite numbers")
-        return values
-
-    @field_validator("average")
-    @classmethod
-    def _finite_average(cls, value: float | None) -> float | None:
-        if value is not None and (value != value or value in (float("inf"), float("-inf"))):
-            raise ValueError("average must be a finite number")
-        return value
-
-    @model_validator(mode="after")
-    def _same_length(self) -> "PlotArgs":
-        if len(self.labels) != len(self.values):
-            raise ValueError(
-                f"labels and values must have the same length ({len(self.labels)} != {len(self.values)})"
-            )
-        return self
-
-
-TOOL_ARGUMENTS: dict[str, type[_Strict]] = {
-    "knowledge_search": KnowledgeSearchArgs,
-    "calculator": CalculatorArgs,
-    "plot": PlotArgs,
-}
-
-#: Seconds one attempt of each tool may take (also written to schemas/tool_registry.json).
-TOOL_TIMEOUT_SECONDS: dict[str, float] = {"knowledge_search": 5.0, "calculator": 2.0, "plot": 15.0}
-
-# --------------------------------------------------------------------------------------------
 # Observations (R-RT-4, R-RT-10, R-TOOL-4)
 # --------------------------------------------------------------------------------------------
 
@@ -138,7 +62,7 @@ class ToolErrorInfo(BaseModel):
 class Observation(BaseModel):
     """What the runtime (never the model) records after a tool attempt or an argument rejection."""
 
-    id: str = Field(pattern=r"^obs-[a-z_]+-[0-9]+$")
+    id: str = Field(pattern=r"^obs-[a-z0-9_.\-]+-[0-9]+$")
     tool: str
     ok: bool
     result: dict[str, Any] | None = None
@@ -181,22 +105,85 @@ RECOMMENDED_BUDGETS = Budgets()
 # --------------------------------------------------------------------------------------------
 
 
+CompareOp = Literal[">=", ">", "<=", "<", "=="]
+
+
+class CheckSpec(BaseModel):
+    """One check a verdict needs: ``left op right``. An operand is a number or a reference to the
+    evidence: ``TOOL.path`` (the latest successful Observation of TOOL, e.g. ``calculator.value``) or
+    ``min(...)``/``max(...)``/``mean(...)``/``sum(...)``/``count(...)`` of such a reference."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(min_length=1, max_length=60, description="A short name, e.g. average.")
+    left: float | str
+    op: CompareOp = ">="
+    right: float | str
+    right_label: str | None = Field(default=None, max_length=60, description="What the right side is called.")
+
+
+class VerdictSpec(BaseModel):
+    """How the answer states its verdict; the positive one needs every check to hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    positive: list[str] = Field(min_length=1, max_length=8)
+    negative: list[str] = Field(min_length=1, max_length=8)
+    requires: Literal["all"] = "all"
+
+
+_FORM_PATTERN = r'^[^"\\\x00-\x1f]+$'
+
+
+class AnswerGuide(BaseModel):
+    """How the Final is written and checked: a form with slots, the checks, the verdict, hints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer_form: str | None = Field(
+        default=None, max_length=600, pattern=_FORM_PATTERN,
+        description="Form of the answer with slots: {number}, {name}, {a|b}. The model fills the slots; "
+        "constrained decoding keeps the rest of the sentence as written.")
+    checks: list[CheckSpec] = Field(default_factory=list, max_length=8)
+    verdict: VerdictSpec | None = None
+    hints: list[str] = Field(default_factory=list, max_length=8)
+
+
 class TaskSpec(BaseModel):
-    """``task.json`` of a task pack."""
+    """``task.json`` of a task pack: everything task-specific, as data (R-PACK)."""
 
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,63}$")
     goal: str = Field(min_length=1, max_length=2000)
-    required_tools: list[ToolName] = Field(min_length=1)
+    required_tools: list[str] = Field(min_length=1, max_length=16,
+                                      description="Tools whose Observations a Final must cite, in guided order.")
+    tools: list[str] | None = Field(default=None, max_length=32,
+                                    description="Tools the model may use (default: the required tools).")
     mode: Literal["guided", "free"] = "guided"
-    answer_form: str | None = Field(
-        default=None,
-        max_length=600,
-        pattern=r'^[^"\\\x00-\x1f]+$',
-        description="Optional form of the final answer with slots: {number}, {name}, {a|b}. The model "
-        "fills the slots; constrained decoding keeps the rest of the sentence as written.",
-    )
+    subgoals: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per tool, the items its Observations must cover (e.g. the facts to look up).")
+    answer_form: str | None = Field(default=None, max_length=600, pattern=_FORM_PATTERN,
+                                    description="Form of the final answer (see AnswerGuide).")
+    checks: list[CheckSpec] = Field(default_factory=list, max_length=8)
+    verdict: VerdictSpec | None = None
+    final_hints: list[str] = Field(default_factory=list, max_length=8)
+    hints: dict[str, str] = Field(default_factory=dict, description="Per tool, a hint that replaces the tool's own.")
+    summaries: dict[str, str] = Field(default_factory=dict,
+                                      description="Per tool (or 'final'), the Decision Summary wording.")
+
+    @property
+    def tool_names(self) -> list[str]:
+        names = list(self.required_tools)
+        names += [t for t in (self.tools or []) if t not in names]
+        return names
+
+    def declared_guide(self) -> AnswerGuide | None:
+        if not (self.answer_form or self.checks or self.verdict or self.final_hints):
+            return None
+        return AnswerGuide(answer_form=self.answer_form, checks=self.checks, verdict=self.verdict,
+                           hints=self.final_hints)
 
 
 RunStatus = Literal["queued", "running", "completed", "stopped", "failed", "cancelled"]

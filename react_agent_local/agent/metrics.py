@@ -2,6 +2,13 @@
 pack's ``data/expected.json``. This is the only module that reads ground truth, and only after the
 run has ended: nothing here reaches a prompt or a tool.
 
+Task Success is the conjunction of the pack's grading ``checks``, each of a generic type:
+``final_accepted``; ``tool_result`` (a successful result of ``tool`` ``equals`` a value at ``path``
+or ``includes`` these keys); ``causal_order`` (the first correct results of these tools came in this
+order); ``answer_numbers`` (the answer states these numbers); ``answer_verdict`` (the answer's verdict,
+by the pack's positive/negative patterns, is the expected one); ``answer_comparisons`` (every
+comparison the answer states is true, and none compares the wrong value with a listed threshold).
+
 A zero denominator gives ``None`` (shown as N/A), never 0.
 """
 
@@ -12,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .claims import compare, stated_comparisons
 from .contracts import FinalDecision, Metrics, Observation
 from .packs import PackError
 
@@ -20,19 +28,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PROTECTED = ("cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
                      "invalid_decision")
-
-# Verdict words. Negative forms are checked first: "not eligible" contains "eligible".
-_NEGATIVE = re.compile(
-    r"(?:\bnot|n't|\bnever|\bcannot)\s+(?:\w+\s+){0,3}?(?:meet|met|eligible|satisf\w*|pass\w*|qualif\w*|release\w*|approv\w*)\b"
-    r"|\bineligible\b|\bfail(?:s|ed)?\s+to\s+(?:meet|satisfy|pass)\b"
-    r"|不满足|未满足|不符合|不能发布|不可发布|不予发布|不发布|未达到|不达标",
-    re.IGNORECASE,
-)
-_POSITIVE = re.compile(
-    r"\b(?:meets?|met|eligible|pass(?:es|ed)?|satisf(?:y|ies|ied)|qualif(?:y|ies|ied)|can be released|approved?)\b"
-    r"|满足|符合|可以发布|可发布|达标",
-    re.IGNORECASE,
-)
 
 
 @dataclass
@@ -59,62 +54,114 @@ def _close(a: Any, b: Any, tol: float = 1e-6) -> bool:
         return False
 
 
-def _same_numbers(xs: Any, ys: Any) -> bool:
-    return isinstance(xs, list) and isinstance(ys, list) and len(xs) == len(ys) and all(
-        _close(x, y) for x, y in zip(xs, ys))
-
-
-def is_accurate(tool: str, result: dict[str, Any], expected: dict[str, Any]) -> bool:
-    """Is a successful result semantically right against the ground truth?"""
-    if tool == "knowledge_search":
-        want = expected.get("knowledge") or {}
-        data = result.get("data") or {}
-        got_batches, want_batches = data.get("batches") or {}, want.get("batches") or {}
-        got_rule, want_rule = data.get("release_rule") or {}, want.get("release_rule") or {}
-        return (set(got_batches) == set(want_batches) and all(_close(got_batches[k], v) for k, v in want_batches.items())
-                and set(want_rule) <= set(got_rule) and all(_close(got_rule[k], v) for k, v in want_rule.items()))
-    if tool == "calculator":
-        return "value" in (expected.get("calculator") or {}) and _close(result.get("value"), expected["calculator"]["value"])
-    if tool == "plot":
-        want = expected.get("plot") or {}
-        spec = result.get("spec") or {}
-        average_ok = want.get("average") is None or _close(spec.get("average"), want["average"])
-        return spec.get("labels") == want.get("labels") and _same_numbers(spec.get("values"), want.get("values")) and average_ok
+def _matches(got: Any, want: Any, tol: float) -> bool:
+    """Numbers within ``tol``; lists item by item; objects key by key (``want``'s keys, exactly)."""
+    if isinstance(want, bool) or want is None or isinstance(want, str):
+        return got == want
+    if isinstance(want, (int, float)):
+        return not isinstance(got, bool) and _close(got, want, tol)
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(_matches(g, w, tol) for g, w in zip(got, want))
+    if isinstance(want, dict):
+        return isinstance(got, dict) and set(got) == set(want) and all(_matches(got[k], v, tol) for k, v in want.items())
     return False
 
 
-def answer_verdict(answer: str) -> bool | None:
-    """True (eligible), False (not eligible) or None (no verdict stated)."""
-    if _NEGATIVE.search(answer):
+def _at(value: Any, path: str) -> Any:
+    for part in [p for p in path.split(".") if p]:
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+_MISSING = object()
+
+
+def result_matches(check: dict[str, Any], result: dict[str, Any]) -> bool:
+    """Does one successful result satisfy a ``tool_result`` check (``equals`` the value at ``path``,
+    or ``includes`` these keys of the object at ``path`` with these values)?"""
+    got = _at(result, check.get("path", ""))
+    tol = float(check.get("tolerance", 1e-6))
+    if got is _MISSING:
         return False
-    if _POSITIVE.search(answer):
-        return True
-    return None
+    if "equals" in check:
+        return _matches(got, check["equals"], tol)
+    want = check.get("includes") or {}
+    return isinstance(got, dict) and all(k in got and _matches(got[k], v, tol) for k, v in want.items())
 
 
-def _mentions(answer: str, token: str) -> bool:
+def _mentions(answer: str, token: Any) -> bool:
     # "79" must appear as a number, not inside "179" or "7.9".
     return re.search(rf"(?<![\d.]){re.escape(str(token))}(?![\d]|\.\d)", answer) is not None
 
 
+def answer_verdict(answer: str, positive: list[str], negative: list[str]) -> bool | None:
+    """True (positive), False (negative) or None (no verdict stated); negative patterns first."""
+    if any(re.search(p, answer, re.IGNORECASE) for p in negative):
+        return False
+    if any(re.search(p, answer, re.IGNORECASE) for p in positive):
+        return True
+    return None
+
+
+def comparisons_right(answer: str, comparisons: list[list[Any]]) -> bool:
+    """Every comparison the answer states is true, and one stated against a listed threshold uses
+    the listed value (``79 >= 70`` is true but wrong when the check is ``72 >= 70``)."""
+    stated = stated_comparisons(answer)
+    for c in stated:
+        truth = compare(c.left, c.op, c.right)
+        if (c.claimed is None and not truth) or (c.claimed is not None and c.claimed != truth):
+            return False
+    for left, op, right in comparisons:
+        against = [c for c in stated if _close(c.right, right) and c.op == op]
+        if against and not any(c.states(float(left)) for c in against):
+            return False
+    return True
+
+
+def _check_name(check: dict[str, Any]) -> str:
+    if check.get("name"):
+        return str(check["name"])
+    if check.get("type") == "tool_result":
+        return f"{check.get('tool')}_correct"
+    return str(check.get("type"))
+
+
 def task_success_checks(record: RunRecord, expected: dict[str, Any], final: FinalDecision | None) -> dict[str, bool]:
-    order = expected.get("causal_order") or ["knowledge_search", "calculator", "plot"]
+    """Each grading check of ``expected["checks"]`` by name -> passed."""
+    answer = final.answer if final else ""
+    tool_checks = [c for c in expected.get("checks", []) if c.get("type") == "tool_result"]
     first_accurate: dict[str, int] = {}
     for position, (_, tool, result) in enumerate(record.successes):
-        if tool not in first_accurate and is_accurate(tool, result, expected):
+        relevant = [c for c in tool_checks if c.get("tool") == tool]
+        if tool not in first_accurate and relevant and all(result_matches(c, result) for c in relevant):
             first_accurate[tool] = position
-    checks = {"final_accepted": final is not None}
-    for tool in order:
-        checks[f"{tool}_correct"] = tool in first_accurate
-    positions = [first_accurate.get(t) for t in order]
-    checks["causal_order"] = all(p is not None for p in positions) and positions == sorted(positions)
-    answer = final.answer if final else ""
-    want_final = expected.get("final") or {}
-    checks["answer_mentions_required_values"] = bool(final) and all(
-        _mentions(answer, t) for t in want_final.get("must_include", []))
-    if "release_eligible" in want_final:
-        checks["answer_verdict_correct"] = bool(final) and answer_verdict(answer) == bool(want_final["release_eligible"])
-    return checks
+    out: dict[str, bool] = {}
+    for check in expected.get("checks", []):
+        kind, name = check.get("type"), _check_name(check)
+        if kind == "final_accepted":
+            out[name] = final is not None
+        elif kind == "tool_result":
+            out[name] = check.get("tool") in first_accurate
+        elif kind == "causal_order":
+            positions = [first_accurate.get(t) for t in check.get("tools", [])]
+            out[name] = all(p is not None for p in positions) and positions == sorted(positions)
+        elif kind == "answer_numbers":
+            out[name] = bool(final) and all(_mentions(answer, n) for n in check.get("numbers", []))
+        elif kind == "answer_verdict":
+            said = answer_verdict(answer, check.get("positive", []), check.get("negative", []))
+            out[name] = bool(final) and said == (check.get("expected") == "positive")
+        elif kind == "answer_comparisons":
+            out[name] = bool(final) and comparisons_right(answer, check.get("comparisons", []))
+        else:
+            raise PackError(f"unknown grading check type '{kind}'")
+    return out
+
+
+def _accurate(tool: str, result: dict[str, Any], expected: dict[str, Any]) -> bool:
+    relevant = [c for c in expected.get("checks", []) if c.get("type") == "tool_result" and c.get("tool") == tool]
+    return bool(relevant) and all(result_matches(c, result) for c in relevant)
 
 
 def compute_metrics(pack: "TaskPack", record: RunRecord, stop_reason: str, final: FinalDecision | None) -> Metrics:
@@ -128,7 +175,7 @@ def compute_metrics(pack: "TaskPack", record: RunRecord, stop_reason: str, final
     task_success: bool | None = None
     protected = DEFAULT_PROTECTED
     if expected is not None:
-        accurate_actions = sum(1 for _, tool, result in record.successes if is_accurate(tool, result, expected))
+        accurate_actions = sum(1 for _, tool, result in record.successes if _accurate(tool, result, expected))
         checks = task_success_checks(record, expected, final)
         task_success = all(checks.values()) if stop_reason == "completed" else False
         protected = tuple(expected.get("protected_stop_reasons") or DEFAULT_PROTECTED)

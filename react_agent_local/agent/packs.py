@@ -8,6 +8,7 @@ a tool). Other packs live under ``packs/<name>/`` and are found by name.
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,22 @@ class TaskPack:
         return self.root / "data" / "expected.json"
 
     def load_expected(self) -> dict[str, Any]:
-        """Ground truth for metrics only (R-MET): never pass this to a prompt or a tool."""
+        """Ground truth for metrics only (R-MET): never pass this to a prompt or a tool.
+
+        The grading ``checks`` are generic (see ``metrics.py``); an ``expected.json`` in the first
+        round's record format is translated by the knowledge tool, whose data it describes.
+        """
         try:
-            return json.loads(self.expected_path.read_text(encoding="utf-8"))
+            expected = json.loads(self.expected_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise PackError(f"pack '{self.name}': cannot read data/expected.json ({type(exc).__name__})") from None
+        if not isinstance(expected, dict):
+            raise PackError(f"pack '{self.name}': data/expected.json must be an object")
+        if "checks" not in expected:
+            from .tools.knowledge import legacy_expected_checks
+
+            expected = {**expected, "checks": legacy_expected_checks(expected)}
+        return expected
 
     @classmethod
     def load(cls, root: Path, name: str | None = None) -> "TaskPack":
@@ -81,3 +93,15 @@ def load_pack(name_or_dir: str | Path | None) -> TaskPack:
     if path.is_dir():
         return TaskPack.load(path)
     raise PackError(f"unknown pack '{name_or_dir}'; known: {', '.join(packs)}")
+
+
+def goal_language(goal: str) -> str:
+    """``zh`` when the goal is mostly written in Chinese characters, else ``en``."""
+    han = sum(1 for c in goal if "\u4e00" <= c <= "\u9fff")
+    latin = sum(1 for c in goal if c.isascii() and c.isalpha())
+    return "zh" if han * 2 >= latin and han > 0 else "en"
+
+
+def item_key(text: str) -> str:
+    """A subgoal item compared the way people mean it: NFKC, case-folded, letters and digits only."""
+    return "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())

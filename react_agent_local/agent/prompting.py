@@ -1,9 +1,14 @@
 """The model-visible state (R-RT-9) and the state-specific branch with its prefix (R-DEC-3).
 
+Everything about a tool -- its name, description, argument schema, hint and how its results read --
+comes from the run's ``ToolRegistry``; everything about the task -- the goal, its hints, its answer
+form and checks -- from the pack (or, where the pack declares no answer form, from the tool whose
+result the Final is about). This module only lays them out.
+
 The prompt is laid out append-only so consecutive steps share the longest possible prefix in the
 model's KV cache: a fixed system message, then the task, then Observations in the order they were
-made (the oldest drop out only after 10). Everything that changes every step --
-the latest 4 feedback lines, the remaining budget and the instruction for this branch -- comes last.
+made (the oldest drop out only after 10). Everything that changes every step -- the latest 4
+feedback lines, the remaining budget and the instruction for this branch -- comes last.
 
 Ground truth (``data/expected.json``) never reaches this module.
 """
@@ -12,12 +17,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .contracts import TOOL_ARGUMENTS, Observation
+from .contracts import AnswerGuide, Observation
+from .tools import ToolRegistry
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 VISIBLE_OBSERVATIONS = 10
@@ -35,66 +41,36 @@ def prompt_text(name: str) -> str:
     return (PROMPTS_DIR / f"{name}.md").read_text(encoding="utf-8").strip()
 
 
-@lru_cache(maxsize=None)
-def tool_hints() -> dict[str, str]:
-    hints = {}
-    for line in prompt_text("tool_hints").splitlines():
-        if line.startswith("#") or ":" not in line:
-            continue
-        tool, hint = line.split(":", 1)
-        hints[tool.strip()] = hint.strip()
-    return hints
-
-
-def tool_description(tool: str) -> str:
-    return " ".join((TOOL_ARGUMENTS[tool].__doc__ or tool).split())
-
-
-@lru_cache(maxsize=None)
-def argument_schema(tool: str) -> dict[str, Any]:
-    """The tool's argument schema as the model and the grammar see it (no titles, refs inlined)."""
-    return _compact_schema(TOOL_ARGUMENTS[tool].model_json_schema())
-
-
-def _compact_schema(schema: Any) -> Any:
-    """Drop ``title``/``description`` annotations; property *names* (a field may be called title) stay."""
-    if isinstance(schema, dict):
-        return {
-            k: ({name: _compact_schema(sub) for name, sub in v.items()} if k == "properties" else _compact_schema(v))
-            for k, v in schema.items()
-            if k not in ("title", "description")
-        }
-    if isinstance(schema, list):
-        return [_compact_schema(v) for v in schema]
-    return schema
-
-
 _SLOT = re.compile(r"\{([^{}]*)\}")
 _NUMBER = r"-?[0-9]+([.][0-9]+)?"
-_NAME = r"[A-Za-z0-9][A-Za-z0-9 _-]{0,39}"
+_NAME = r"[A-Za-z0-9\u4e00-\u9fff][A-Za-z0-9\u4e00-\u9fff _-]{0,39}"
 
 
-def answer_form_pattern(form: str) -> str:
-    """Regex for a pack's answer form: literal text kept, ``{number}``, ``{name}`` and ``{a|b}`` slots.
+def _literal(text: str) -> str:
+    # Literal dots and the like become character classes so every grammar converter handles them.
+    return "".join(c if c.isalnum() or c in " ,;:'" else f"[{c}]" if c not in "^]\\" else "\\" + c for c in text)
+
+
+def answer_form_pattern(form: str, numbers: tuple[str, ...] = ()) -> str:
+    """Regex for an answer form: literal text kept, ``{number}``, ``{name}`` and ``{a|b}`` slots.
 
     The model fills the slots (the numbers, the names, the verdict); nothing here knows their values.
-    Literal dots and the like become character classes so every grammar converter handles them.
+    With ``numbers`` (the numbers written in the cited Observations), a number slot admits only those,
+    so a Final cannot state a number no Observation holds.
     """
-    def literal(text: str) -> str:
-        return "".join(c if c.isalnum() or c in " ,;:'" else f"[{c}]" if c not in "^]\\" else "\\" + c for c in text)
-
+    number = "(" + "|".join(_literal(n) for n in numbers) + ")" if numbers else _NUMBER
     out, last = [], 0
     for match in _SLOT.finditer(form):
-        out.append(literal(form[last:match.start()]))
+        out.append(_literal(form[last:match.start()]))
         slot = match.group(1).strip()
         if slot == "number":
-            out.append(_NUMBER)
+            out.append(number)
         elif slot == "name":
             out.append(_NAME)
         else:
-            out.append("(" + "|".join(literal(option.strip()) for option in slot.split("|")) + ")")
+            out.append("(" + "|".join(_literal(option.strip()) for option in slot.split("|")) + ")")
         last = match.end()
-    out.append(literal(form[last:]))
+    out.append(_literal(form[last:]))
     return "^" + "".join(out) + "$"
 
 
@@ -104,8 +80,11 @@ class Branch:
 
     kind: str  # "action" | "final" | "free"
     tool: str | None = None
+    target: str | None = None  # the subgoal item still missing for ``tool`` (e.g. a fact's name)
     evidence_ids: tuple[str, ...] = ()
     answer_form: str | None = None
+    numbers: tuple[str, ...] = ()  # numbers a form's {number} slot may hold
+    summary: str = ""
 
     @property
     def prefix(self) -> str:
@@ -120,72 +99,78 @@ class Branch:
     def suffix(self) -> str:
         return "}" if self.kind in ("action", "final") else ""
 
-    @property
-    def value_schema(self) -> dict[str, Any]:
+    def value_schema(self, registry: ToolRegistry) -> dict[str, Any]:
         if self.kind == "action":
-            return argument_schema(self.tool)
+            return tool_schema(registry, self.tool)
         if self.kind == "final":
-            return answer_schema(self.answer_form)
-        return free_decision_schema(self.evidence_ids, self.answer_form)
-
-    def summary(self) -> str:
-        """The public Decision Summary: written by the runtime from the current gap, never by the model."""
-        if self.kind == "action":
-            return {
-                "knowledge_search": "Facts or release rule missing: search the package knowledge.",
-                "calculator": "Exact arithmetic missing: compute it with the calculator from observed values.",
-                "plot": "Structured values ready: draw the chart with plot.",
-            }.get(self.tool, f"Next required tool: {self.tool}.")
-        if self.kind == "final":
-            return "All required observations present: answer with evidence."
-        return "Free mode: the model chooses the next tool or the final answer."
+            return answer_schema(self.answer_form, self.numbers)
+        return free_decision_schema(registry, self.evidence_ids, self.answer_form, self.numbers)
 
 
-@lru_cache(maxsize=None)
-def answer_schema(answer_form: str | None) -> dict[str, Any]:
-    """The Final's answer: the pack's answer form when it declares one, else free prose."""
+def tool_schema(registry: ToolRegistry, name: str) -> dict[str, Any]:
+    return registry.get(name).compact_schema()
+
+
+def answer_schema(answer_form: str | None, numbers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The Final's answer: the answer form when there is one, else free prose."""
     if answer_form:
-        return {"type": "string", "minLength": 1, "maxLength": 600, "pattern": answer_form_pattern(answer_form)}
+        return {"type": "string", "minLength": 1, "maxLength": 600,
+                "pattern": answer_form_pattern(answer_form, numbers)}
     return ANSWER_SCHEMA
 
 
-@lru_cache(maxsize=64)
-def free_decision_schema(citable_ids: tuple[str, ...] = (), answer_form: str | None = None) -> dict[str, Any]:
+def free_decision_schema(registry: ToolRegistry, citable_ids: tuple[str, ...] = (), answer_form: str | None = None,
+                         numbers: tuple[str, ...] = ()) -> dict[str, Any]:
     """Free mode's schema: one alternative per tool (with that tool's full argument schema) and a Final.
 
-    The model still chooses the tool or the Final; the grammar only keeps each choice well typed, so
-    a chosen calculator gets the calculator's character set as in guided mode. A Final may cite only
-    ids of successful Observations that exist (``citable_ids``; none yet means no Final alternative);
-    whether those are enough evidence is still the runtime's evidence gate to decide.
+    The model still chooses the tool or the Final; the grammar only keeps each choice well typed. A
+    Final may cite only ids of successful Observations that exist (``citable_ids``; none yet means no
+    Final alternative); whether those are enough evidence is still the runtime's evidence gate to decide.
     """
     def const_object(properties: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "properties": properties, "required": list(properties),
                 "additionalProperties": False}
 
-    choices = [const_object({"type": {"const": "action"}, "tool": {"const": tool},
-                             "arguments": argument_schema(tool)}) for tool in TOOL_ARGUMENTS]
+    choices = [const_object({"type": {"const": "action"}, "tool": {"const": tool.name},
+                             "arguments": tool.compact_schema()}) for tool in registry]
     if citable_ids:
         choices.append(const_object({
             "type": {"const": "final"},
             "evidence_ids": {"type": "array", "items": {"enum": list(citable_ids)}, "minItems": 1,
                              "maxItems": len(citable_ids)},
-            "answer": answer_schema(answer_form)}))
+            "answer": answer_schema(answer_form, numbers)}))
     return {"anyOf": choices}
 
 
-def system_message() -> str:
-    tool_list = "\n".join(f"- {name}: {tool_description(name)}" for name in TOOL_ARGUMENTS)
+def full_decision_schema(branch: Branch, registry: ToolRegistry) -> dict[str, Any]:
+    """The whole Decision the branch asks for (shown in a repair prompt)."""
+    if branch.kind == "action":
+        properties = {"type": {"const": "action"}, "tool": {"const": branch.tool},
+                      "arguments": tool_schema(registry, branch.tool)}
+    elif branch.kind == "final":
+        properties = {"type": {"const": "final"}, "answer": answer_schema(branch.answer_form, branch.numbers),
+                      "evidence_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1}}
+    else:
+        return free_decision_schema(registry, branch.evidence_ids, branch.answer_form, branch.numbers)
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
+def system_message(registry: ToolRegistry) -> str:
+    tool_list = "\n".join(f"- {tool.name}: {tool.description}" for tool in registry)
     return prompt_text("system").format(tool_list=tool_list)
 
 
-def observation_line(obs: Observation) -> str:
+def observation_line(obs: Observation, registry: ToolRegistry) -> str:
     """One Observation as the model sees it: one compact line, at most ~3000 characters.
 
-    Results of the known tools are restated as plain facts (names and numbers exactly as the tool
-    returned them) so a small model can copy them; any other result is compact JSON.
+    A successful result is rendered by its tool (names and numbers exactly as the tool returned
+    them, so a small model can copy them); a failure is its structured error.
     """
     if obs.ok:
-        text = f"[{obs.id}] {obs.tool} ok: " + _result_text(obs.tool, obs.result or {})
+        render = registry.get(obs.tool).render if obs.tool in registry else None
+        body = render(obs.result or {}) if render else json.dumps(obs.result, ensure_ascii=False)
+        text = f"[{obs.id}] {obs.tool} ok: " + body
     else:
         error = obs.error.model_dump() if obs.error else {}
         text = f"[{obs.id}] {obs.tool} FAILED: " + json.dumps(error, ensure_ascii=False)
@@ -194,95 +179,76 @@ def observation_line(obs: Observation) -> str:
     return text[:OBSERVATION_CHARS]
 
 
-def _result_text(tool: str, result: dict[str, Any]) -> str:
-    # Chunk texts stay in the trace; the parsed data carries the facts, and every token of a long
-    # excerpt costs prompt-processing time on a 2-core CPU.
-    if tool == "knowledge_search":
-        data = result.get("data") or {}
-        batches = data.get("batches") or {}
-        rule = data.get("release_rule") or {}
-        cited = ", ".join(f"{c.get('id')} {c.get('chunk_id')}" for c in result.get("citations", []))
-        return (f"{len(batches)} batches: " + ", ".join(f"{k} = {v}" for k, v in batches.items())
-                + "; release rule: " + ", ".join(f"{k} {v}" for k, v in rule.items())
-                + f"; citations: {cited}")
-    if tool == "calculator":
-        return f"{result.get('expression')} = {result.get('value')}"
-    if tool == "plot":
-        spec = result.get("spec") or {}
-        return (f"bar chart {json.dumps(spec.get('title'), ensure_ascii=False)}, labels {json.dumps(spec.get('labels'), ensure_ascii=False)}, "
-                f"values {spec.get('values')}, average line {spec.get('average')}, "
-                f"artifact {(result.get('artifact') or {}).get('id')}")
-    return json.dumps({k: v for k, v in result.items() if k != "tool_latency_ms"}, ensure_ascii=False)
+@dataclass
+class PromptState:
+    """What the model sees this step (R-RT-9), assembled by the runtime."""
+
+    goal: str
+    observations: list[Observation]
+    feedback: list[str]
+    budget_left: dict[str, Any]
+    tool_hints: dict[str, str] = field(default_factory=dict)
+    final_hints: list[str] = field(default_factory=list)
+    check_lines: list[str] = field(default_factory=list)
 
 
-def build_messages(
-    goal: str,
-    observations: list[Observation],
-    feedback: list[str],
-    budget_left: dict[str, Any],
-    branch: Branch,
-    repair_error: str | None = None,
-) -> list[dict[str, str]]:
-    visible = observations[-VISIBLE_OBSERVATIONS:]
-    parts = [f"TASK: {goal}", "", "OBSERVATIONS (oldest first, written by the runtime):"]
-    parts += [observation_line(o) for o in visible] or ["(none yet)"]
+def build_messages(state: PromptState, branch: Branch, registry: ToolRegistry,
+                   repair_error: str | None = None) -> list[dict[str, str]]:
+    visible = state.observations[-VISIBLE_OBSERVATIONS:]
+    parts = [f"TASK: {state.goal}", "", "OBSERVATIONS (oldest first, written by the runtime):"]
+    parts += [observation_line(o, registry) for o in visible] or ["(none yet)"]
     parts.append("")
-    if feedback:
-        parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in feedback[-VISIBLE_FEEDBACK:]), ""]
-    parts.append("BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in budget_left.items()))
+    if state.feedback:
+        parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in state.feedback[-VISIBLE_FEEDBACK:]), ""]
+    parts.append("BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in state.budget_left.items()))
     parts.append("")
-    parts.append(branch_instruction(branch))
+    parts.append(branch_instruction(branch, registry, state))
     if repair_error is not None:
-        schema = json.dumps(full_decision_schema(branch), separators=(",", ":"))
+        schema = json.dumps(full_decision_schema(branch, registry), separators=(",", ":"), ensure_ascii=False)
         parts += ["", prompt_text("repair").format(error=repair_error, schema=schema)]
     return [
-        {"role": "system", "content": system_message()},
+        {"role": "system", "content": system_message(registry)},
         {"role": "user", "content": "\n".join(parts)},
     ]
 
 
-def branch_instruction(branch: Branch) -> str:
+def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptState) -> str:
     if branch.kind == "action":
+        tool = registry.get(branch.tool)
+        hint = state.tool_hints.get(tool.name, tool.hint)
+        if branch.target:
+            hint = f"Still missing: {branch.target}. " + hint
         return prompt_text("action").format(
-            tool=branch.tool,
-            tool_description=tool_description(branch.tool),
-            schema=json.dumps(argument_schema(branch.tool), separators=(",", ":")),
-            tool_hint=tool_hints().get(branch.tool, ""),
-        )
+            tool=tool.name, tool_description=tool.description,
+            schema=json.dumps(tool.compact_schema(), separators=(",", ":"), ensure_ascii=False), tool_hint=hint)
+    hints = "\n".join([*state.check_lines, *state.final_hints])
     if branch.kind == "final":
         form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
-                if branch.answer_form else "as plain sentences (not JSON inside the string).")
-        return prompt_text("final").format(evidence_ids=", ".join(branch.evidence_ids), answer_form=form)
+                if branch.answer_form else "as plain sentences (not JSON inside the string), in the language of the task.")
+        return prompt_text("final").format(evidence_ids=", ".join(branch.evidence_ids), answer_form=form,
+                                           hints=hints).strip()
     form = f' in exactly this form: "{branch.answer_form}"' if branch.answer_form else ""
     return (
         "NEXT DECISION: choose. Either an action "
         '{"type": "action", "tool": NAME, "arguments": {...}} for the first fact still missing, or, when '
         "every fact the task needs has a successful Observation, a final "
         f'{{"type": "final", "evidence_ids": [IDS], "answer": TEXT}}{form}.'
+        + (f"\n{hints}" if hints else "")
     )
 
 
-def full_decision_schema(branch: Branch) -> dict[str, Any]:
-    if branch.kind == "action":
-        return {
-            "type": "object",
-            "properties": {
-                "type": {"const": "action"},
-                "tool": {"const": branch.tool},
-                "arguments": argument_schema(branch.tool),
-            },
-            "required": ["type", "tool", "arguments"],
-            "additionalProperties": False,
-        }
-    if branch.kind == "final":
-        return {
-            "type": "object",
-            "properties": {
-                "type": {"const": "final"},
-                "answer": answer_schema(branch.answer_form),
-                "evidence_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            },
-            "required": ["type", "answer", "evidence_ids"],
-            "additionalProperties": False,
-        }
-    return free_decision_schema(branch.evidence_ids, branch.answer_form)
+def guide_check_lines(guide: AnswerGuide | None, resolved: list[tuple[str, float | None, str, float | None]]) -> list[str]:
+    """The checks the answer must state, with the values the evidence gives for each side."""
+    if guide is None or not guide.checks:
+        return []
+    lines = []
+    for check, (label, left, op, right) in zip(guide.checks, resolved):
+        if left is None or right is None:
+            continue
+        right_name = f" ({check.right_label})" if check.right_label else ""
+        lines.append(f"- {label}: {_number_text(left)} {op} {_number_text(right)}{right_name}")
+    return (["Checks to state, with the values from the observations:"] + lines) if lines else []
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

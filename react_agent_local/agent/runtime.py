@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .claims import ResolvedCheck, check_claims, evidence_numbers, number_forms, resolve_checks
 from .contracts import (
     TERMINAL_STATUS,
     ActionDecision,
+    AnswerGuide,
     Budgets,
     FinalDecision,
     Observation,
@@ -33,9 +35,9 @@ from .contracts import (
 from .decisions import DecisionError, parse_decision
 from .metrics import RunRecord, compute_metrics
 from .model_policy import Generation, ModelRequest, ModelUnavailable, Policy
-from .packs import TaskPack
-from .prompting import VISIBLE_OBSERVATIONS, Branch, build_messages
-from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, default_registry
+from .packs import TaskPack, goal_language, item_key
+from .prompting import VISIBLE_OBSERVATIONS, Branch, PromptState, build_messages, guide_check_lines
+from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, registry_for
 from .trace import Trace, sha256_text
 
 PolicySource = Policy | Callable[[], Policy]
@@ -74,6 +76,7 @@ class Guards:
     valid_actions: Counter = field(default_factory=Counter)
     result_digests: Counter = field(default_factory=Counter)
     premature_finals: int = 0
+    refused_claims: int = 0
     fired: bool = False
 
 
@@ -91,11 +94,12 @@ class Run:
         self.policy_source = policy
         self.policy: Policy | None = None
         self.budgets = budgets
-        self.tools = tools or default_registry()
+        self.tools = tools
         self.mode = mode or pack.task.mode
+        self.language = goal_language(pack.task.goal)
         self.cancel = cancel or threading.Event()
         self.trace = Trace(sink)
-        self.ctx = ToolContext(knowledge_dir=pack.knowledge_dir, artifact_dir=Path(artifact_dir))
+        self.ctx = ToolContext(knowledge_dir=pack.knowledge_dir, artifact_dir=Path(artifact_dir), pack_dir=pack.root)
         self.started = time.monotonic()
         self.deadline = self.started + budgets.max_seconds
         self.usage = Usage()
@@ -111,28 +115,52 @@ class Run:
         final: FinalDecision | None = None
         error: ToolErrorInfo | None = None
         try:
+            self._bind_tools()
             self.trace.emit("run.started", "run", task_id=self.pack.task.id, mode=self.mode,
-                            budgets=self.budgets.model_dump(), required_tools=list(self.pack.task.required_tools))
+                            budgets=self.budgets.model_dump(), required_tools=list(self.pack.task.required_tools),
+                            tools=list(self.tools.names))
             self._load_policy()
             while True:
-                self._check_budgets_before_step()
+                branch = self._branch()
+                self._check_budgets_before_step(branch)
                 self.step += 1
                 self.usage.steps += 1
-                branch = self._branch()
                 self.trace.emit("budget", "run", self.step, remaining=self._budget_left())
-                decision = self._decide(branch)
+                decision = self._decide(branch)                                   # generate, parse, repair
                 if isinstance(decision, FinalDecision):
-                    if self._accept_final(decision):
+                    if self._accept_final(decision, branch):                      # evidence gate + claims
                         final = decision
                         raise _Stop("completed")
                     continue
-                self._act(decision)
+                self.record.action_attempts += 1
+                arguments = self._validate(decision)                              # argument contract
+                if arguments is None:
+                    continue
+                normalized = arguments.model_dump()
+                self._guard_repeated_action(decision.tool, normalized)           # loop guard
+                result, failure = self._dispatch_with_retry(decision.tool, arguments, normalized)  # tool
+                self._observe(decision.tool, result, failure)                     # Observation + guard
         except _Stop as stop:
             stop_reason, error = stop.stop_reason, stop.error
         except Exception as exc:  # noqa: BLE001 -- the run must end with run.finished, whatever happened
             stop_reason = "runtime_error"
             error = ToolErrorInfo(code="runtime_error", message=f"{type(exc).__name__}: {exc}"[:300])
         return self._finish(stop_reason, final, error)
+
+    def _bind_tools(self) -> None:
+        """The run's registry: the one passed in, else the package's tools the pack names."""
+        task = self.pack.task
+        if self.tools is None:
+            try:
+                self.tools = registry_for(task.tool_names)
+            except KeyError as exc:
+                raise _Stop("runtime_error", ToolErrorInfo(
+                    code="pack_invalid", message=f"pack '{self.pack.name}' names unknown tools: {exc.args[0]}")) from None
+        missing = [t for t in task.tool_names if t not in self.tools]
+        if missing:
+            raise _Stop("runtime_error", ToolErrorInfo(
+                code="pack_invalid", message=f"pack '{self.pack.name}' needs tools the run does not have: "
+                                             + ", ".join(missing)))
 
     # -- model ------------------------------------------------------------------------------
 
@@ -157,10 +185,9 @@ class Run:
             else ("model.repair.started", "model.repair.completed"))
         left = self.budgets.max_output_tokens - self.usage.output_tokens
         request = ModelRequest(
-            messages=build_messages(self.pack.task.goal, self.observations, self.feedback,
-                                    self._budget_left(), branch, repair_error),
+            messages=build_messages(self._prompt_state(branch), branch, self.tools, repair_error),
             prefix=branch.prefix,
-            value_schema=branch.value_schema,
+            value_schema=branch.value_schema(self.tools),
             suffix=branch.suffix,
             max_new_tokens=max(1, min(self.budgets.decision_max_new_tokens, left)),
             temperature=self.budgets.temperature if purpose == "decision" else 0.0,
@@ -200,7 +227,7 @@ class Run:
         """Generate one Decision, repairing it in the same step up to ``max_retries`` times."""
         generation = self._generate(branch, 0, None)
         try:
-            decision = parse_decision(branch.prefix, generation.text, branch.suffix)
+            decision = parse_decision(branch.prefix, generation.text, branch.suffix, tool_names=self.tools.names)
             self.trace.emit("decision.valid", "decision", self.step, decision=decision.model_dump(),
                             decision_summary=self._summary(branch, decision))
             return decision
@@ -212,7 +239,7 @@ class Run:
             self._check_time_and_tokens()
             generation = self._generate(branch, attempt, f"{last.code}: {last.message}")
             try:
-                decision = parse_decision(branch.prefix, generation.text, branch.suffix)
+                decision = parse_decision(branch.prefix, generation.text, branch.suffix, tool_names=self.tools.names)
             except DecisionError as error:
                 self.trace.emit("decision.invalid", "decision", self.step, attempt, **error.public())
                 last = error
@@ -225,70 +252,87 @@ class Run:
 
     # -- final ------------------------------------------------------------------------------
 
-    def _accept_final(self, decision: FinalDecision) -> bool:
-        """The evidence gate (R-RT-7). A premature Final becomes feedback for the next step."""
-        known = {o.id for o in self.observations}
-        latest_ok = {}
-        for obs in self.observations:
-            if obs.ok:
-                latest_ok[obs.tool] = obs.id
+    def _accept_final(self, decision: FinalDecision, branch: Branch) -> bool:
+        """The evidence gate (R-RT-7), then the claims (R-CLAIM). A refused Final becomes feedback."""
+        known = {o.id: o for o in self.observations}
         problems = []
         unknown = [i for i in decision.evidence_ids if i not in known]
         if unknown:
             problems.append(f"evidence_ids cite observations that do not exist: {', '.join(unknown[:5])}"[:300])
-        for tool in self.pack.task.required_tools:
-            if tool not in latest_ok:
-                problems.append(f"no successful {tool} observation yet")
-            elif latest_ok[tool] not in decision.evidence_ids:
-                problems.append(f"evidence_ids must cite the latest successful {tool} observation {latest_ok[tool]}")
-        accepted = not problems
-        message = "final accepted" if accepted else "premature final: " + "; ".join(problems)
-        self.trace.emit("final.validated", "final", self.step, accepted=accepted, message=message,
-                        evidence_ids=decision.evidence_ids)
+        for what, obs_id in self._required_evidence():
+            if obs_id is None:
+                problems.append(f"no successful {what} observation yet")
+            elif obs_id not in decision.evidence_ids:
+                problems.append(f"evidence_ids must cite the latest successful {what} observation {obs_id}")
+        claims: list[str] = []
+        if not problems:
+            guide = self._guide()
+            cited = [known[i] for i in decision.evidence_ids if known[i].ok]
+            claims = check_claims(decision.answer, cited, self.pack.task.goal, guide, self._resolved_checks(guide))
+        accepted = not problems and not claims
+        message = ("final accepted" if accepted else "premature final: " + "; ".join(problems) if problems
+                   else "false claims in the final: " + "; ".join(claims))
+        self.trace.emit("final.validated", "final", self.step, accepted=accepted, message=message[:600],
+                        evidence_ids=decision.evidence_ids, claims_checked=not problems,
+                        false_claims=len(claims))
         if accepted:
             self._mark_progress()
             self.record.final_step = self.step
             return True
         self.record.recoverable += 1
         self.record.pending_recoverable += 1
-        self.feedback.append(message)
-        self.guards.premature_finals += 1
-        if self.guards.premature_finals >= self.budgets.repeated_action_limit:
-            self._fire_guard("guard.no_progress", code="repeated_premature_final",
-                             count=self.guards.premature_finals)
+        self.feedback.append(message[:600])
+        if problems:
+            self.guards.premature_finals += 1
+            count, code = self.guards.premature_finals, "repeated_premature_final"
+        else:
+            self.guards.refused_claims += 1
+            count, code = self.guards.refused_claims, "repeated_false_claims"
+        if count >= self.budgets.repeated_action_limit:
+            self._fire_guard("guard.no_progress", code=code, count=count)
         return False
+
+    def _guide(self) -> AnswerGuide | None:
+        """How the Final is written and checked: the pack's declarations, completed by the guide of
+        the tool whose result the answer is about (the first tool that offers one)."""
+        declared = self.pack.task.declared_guide()
+        offered = None
+        latest = self._latest_ok()
+        for tool in self.tools:
+            if tool.answer_guide is not None and tool.name in latest:
+                guide = tool.answer_guide(latest[tool.name].result or {}, self.language)
+                if guide:
+                    offered = AnswerGuide.model_validate(guide)
+                    break
+        if declared is None or offered is None:
+            return declared or offered
+        return AnswerGuide(answer_form=declared.answer_form or offered.answer_form,
+                           checks=declared.checks or offered.checks, verdict=declared.verdict or offered.verdict,
+                           hints=declared.hints or offered.hints)
+
+    def _resolved_checks(self, guide: AnswerGuide | None) -> list[ResolvedCheck]:
+        return resolve_checks(guide.checks, self._latest_ok()) if guide else []
 
     # -- actions ----------------------------------------------------------------------------
 
-    def _act(self, decision: ActionDecision) -> None:
-        """Validate, guard and dispatch one action; append exactly one Observation."""
-        self.record.action_attempts += 1
-        tool = decision.tool
+    def _validate(self, decision: ActionDecision) -> Any | None:
+        """The argument contract (R-RT-4): valid arguments, or None after a rejected Observation."""
         try:
-            arguments = self.tools.validate(tool, decision.arguments)
+            arguments = self.tools.validate(decision.tool, decision.arguments)
         except ArgumentError as error:
             self._reject(decision, error)
-            return
-        normalized = arguments.model_dump()
+            return None
         self.record.valid_actions += 1
         self._mark_progress()
+        return arguments
 
+    def _guard_repeated_action(self, tool: str, normalized: dict[str, Any]) -> None:
         signature = canonical({"tool": tool, "arguments": normalized})
         self.guards.valid_actions[signature] += 1
         if self.guards.valid_actions[signature] >= self.budgets.repeated_action_limit:
             # The repeated valid action is not dispatched again.
             self._fire_guard("guard.loop_detected", repeated_action={"tool": tool, "arguments": normalized},
                              count=self.guards.valid_actions[signature])
-
-        result, error, attempt = self._dispatch_with_retry(tool, arguments, normalized)
-        obs = self._observe(tool, result, error)
-        if result is not None:
-            self.record.successes.append((obs.id, tool, result))
-            digest = canonical({"tool": tool, "digest": self.tools.get(tool).digest(result)})
-            self.guards.result_digests[digest] += 1
-            if self.guards.result_digests[digest] >= self.budgets.no_progress_limit:
-                self._fire_guard("guard.no_progress", code="repeated_result", tool=tool,
-                                 count=self.guards.result_digests[digest])
 
     def _reject(self, decision: ActionDecision, error: ArgumentError) -> None:
         """Argument rejection (R-RT-4): a failed Observation and feedback; no tool call is spent."""
@@ -312,7 +356,7 @@ class Run:
                              validator_error=obs.error.model_dump(), count=self.guards.invalid_arguments[signature])
 
     def _dispatch_with_retry(self, tool: str, arguments: Any, normalized: dict[str, Any]):
-        """Run the tool; replay the same action on retryable errors (R-RT-5). Returns (result, error, attempt)."""
+        """Run the tool; replay the same action on retryable errors (R-RT-5). Returns (result, error)."""
         pending_retries = 0
         for attempt in range(1, self.budgets.max_retries + 2):
             self._check_before_dispatch()
@@ -330,12 +374,12 @@ class Run:
                 self.trace.emit("tool.retry" if can_retry else "tool.failed", "tool", self.step, attempt,
                                 tool=tool, error=info.model_dump())
                 if not can_retry:
-                    return None, info, attempt
+                    return None, info
                 self.record.recoverable += 1
                 pending_retries += 1
                 continue
             self.record.recovered += pending_retries
-            return result, None, attempt
+            return result, None
         raise AssertionError("unreachable: the last attempt never retries")
 
     def _run_tool_attempt(self, tool: str, arguments: Any) -> dict[str, Any]:
@@ -350,7 +394,7 @@ class Run:
 
         def work() -> None:
             try:
-                box["result"] = spec.run(arguments, self.ctx)
+                box["result"] = spec.execute(self.ctx, arguments, self.cancel)
             except ToolError as exc:
                 box["error"] = exc
             except Exception as exc:  # noqa: BLE001 -- a tool bug is a non-retryable tool error
@@ -377,11 +421,19 @@ class Run:
         return box["result"]
 
     def _observe(self, tool: str, result: dict[str, Any] | None, error: ToolErrorInfo | None) -> Observation:
+        """Record the attempt's Observation; a result seen too often fires the no-progress guard."""
         obs = self._append_observation(tool, ok=result is not None, result=result, error=error)
         self.trace.emit("tool.observation", "observation", self.step, observation=obs.model_dump(),
                         state_delta={"observation_count": len(self.observations)})
         if error is not None:
             self.feedback.append(f"{obs.id}: {tool} failed ({error.code}): {error.message}"[:600])
+            return obs
+        self.record.successes.append((obs.id, tool, result))
+        digest = canonical({"tool": tool, "digest": self.tools.get(tool).digest(result)})
+        self.guards.result_digests[digest] += 1
+        if self.guards.result_digests[digest] >= self.budgets.no_progress_limit:
+            self._fire_guard("guard.no_progress", code="repeated_result", tool=tool,
+                             count=self.guards.result_digests[digest])
         return obs
 
     def _append_observation(self, tool: str, *, ok: bool, result: dict[str, Any] | None = None,
@@ -419,11 +471,11 @@ class Run:
         if self._token_budget_spent():
             raise _Stop("token_budget")
 
-    def _check_budgets_before_step(self) -> None:
+    def _check_budgets_before_step(self, branch: Branch) -> None:
         self._check_time_and_tokens()
         if self.usage.steps >= self.budgets.max_steps:
             raise _Stop("max_steps")
-        if self._branch().kind == "action" and self.usage.tool_calls >= self.budgets.max_tool_calls:
+        if branch.kind == "action" and self.usage.tool_calls >= self.budgets.max_tool_calls:
             raise _Stop("tool_budget")  # guided mode knows the next step needs a tool
 
     def _check_before_dispatch(self) -> None:
@@ -442,27 +494,88 @@ class Run:
 
     # -- branch -----------------------------------------------------------------------------
 
-    def _branch(self) -> Branch:
-        """Guided mode (§5): the first required tool without a successful Observation, else Final."""
-        if self.mode == "free":
-            citable = tuple(o.id for o in self.observations[-VISIBLE_OBSERVATIONS:] if o.ok)
-            return Branch("free", evidence_ids=citable, answer_form=self.pack.task.answer_form)
-        latest_ok: dict[str, str] = {}
+    def _latest_ok(self) -> dict[str, Observation]:
+        latest: dict[str, Observation] = {}
         for obs in self.observations:
             if obs.ok:
-                latest_ok[obs.tool] = obs.id
+                latest[obs.tool] = obs
+        return latest
+
+    def _covered(self, tool: str) -> dict[str, str]:
+        """Subgoal item key -> id of the latest successful Observation of ``tool`` that covers it."""
+        covers = self.tools.get(tool).covers
+        found: dict[str, str] = {}
+        for obs in self.observations:
+            if obs.ok and obs.tool == tool and covers is not None:
+                item = covers(obs.result or {})
+                if item:
+                    found[item_key(item)] = obs.id
+        return found
+
+    def _required_evidence(self) -> list[tuple[str, str | None]]:
+        """(what, latest successful Observation id or None) for everything a Final must cite."""
+        latest = self._latest_ok()
+        needed: list[tuple[str, str | None]] = []
         for tool in self.pack.task.required_tools:
-            if tool not in latest_ok:
-                return Branch("action", tool=tool)
-        return Branch("final", evidence_ids=tuple(latest_ok[t] for t in self.pack.task.required_tools),
-                      answer_form=self.pack.task.answer_form)
+            items = self.pack.task.subgoals.get(tool)
+            if items:
+                covered = self._covered(tool)
+                needed += [(f"{tool} ({item})", covered.get(item_key(item))) for item in items]
+            else:
+                needed.append((tool, latest[tool].id if tool in latest else None))
+        return needed
+
+    def _branch(self) -> Branch:
+        """Guided mode (§5): the first required tool (or subgoal item) without a successful
+        Observation, else Final. Free mode: the model chooses among the run's tools."""
+        task = self.pack.task
+        if self.mode == "free":
+            citable = tuple(o.id for o in self.observations[-VISIBLE_OBSERVATIONS:] if o.ok)
+            form, numbers = self._final_form(citable)
+            return Branch("free", evidence_ids=citable, answer_form=form, numbers=numbers,
+                          summary="Free mode: the model chooses the next tool or the final answer.")
+        for tool in task.required_tools:
+            items = task.subgoals.get(tool)
+            if items:
+                covered = self._covered(tool)
+                missing = next((item for item in items if item_key(item) not in covered), None)
+                if missing is not None:
+                    return Branch("action", tool=tool, target=missing, summary=self._action_summary(tool))
+            elif tool not in self._latest_ok():
+                return Branch("action", tool=tool, summary=self._action_summary(tool))
+        evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence()))
+        form, numbers = self._final_form(evidence)
+        return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers,
+                      summary=task.summaries.get("final", "All required observations present: answer with evidence."))
+
+    def _final_form(self, evidence_ids: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+        """The answer form and, for its number slots, the numbers the cited evidence holds."""
+        guide = self._guide()
+        if guide is None or not guide.answer_form:
+            return None, ()
+        cited = [o for o in self.observations if o.id in evidence_ids and o.ok]
+        checks = self._resolved_checks(guide)
+        values = [v for c in checks for v in (c.left, c.right) if v is not None] + evidence_numbers(cited)
+        return guide.answer_form, number_forms(values)
+
+    def _action_summary(self, tool: str) -> str:
+        return self.pack.task.summaries.get(tool) or self.tools.get(tool).summary
 
     def _summary(self, branch: Branch, decision: ActionDecision | FinalDecision) -> str:
         if branch.kind != "free":
-            return branch.summary()
+            return branch.summary
         if isinstance(decision, FinalDecision):
             return "Model proposes the final answer; the evidence gate decides."
         return f"Model chose {decision.tool}; the runtime validates the arguments before any dispatch."
+
+    def _prompt_state(self, branch: Branch) -> PromptState:
+        guide = self._guide() if branch.kind != "action" else None
+        return PromptState(
+            goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
+            budget_left=self._budget_left(), tool_hints=self.pack.task.hints,
+            final_hints=list(guide.hints) if guide else [],
+            check_lines=guide_check_lines(guide, [(c.label, c.left, c.op, c.right)
+                                                  for c in self._resolved_checks(guide)]) if guide else [])
 
     # -- end --------------------------------------------------------------------------------
 

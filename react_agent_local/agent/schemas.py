@@ -1,4 +1,5 @@
-"""Generate ``schemas/decision.schema.json`` and ``schemas/tool_registry.json`` from contracts.py.
+"""Generate ``schemas/decision.schema.json`` (contracts.py) and ``schemas/tool_registry.json`` (the
+package's tool registry).
 
 The committed files are derived, never hand-edited: ``python -m agent schemas --write`` rewrites
 them and a test fails if they drift from the code (R-DEC-2).
@@ -10,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .contracts import DECISION_ADAPTER, TOOL_ARGUMENTS, TOOL_TIMEOUT_SECONDS
+from .contracts import DECISION_ADAPTER
 from .packs import PACKAGE_ROOT
 
 SCHEMAS_DIR = PACKAGE_ROOT / "schemas"
@@ -22,17 +23,9 @@ def decision_schema() -> dict[str, Any]:
 
 
 def tool_registry() -> dict[str, Any]:
-    return {
-        "tools": [
-            {
-                "name": name,
-                "description": " ".join((model.__doc__ or "").split()),
-                "timeout_seconds": TOOL_TIMEOUT_SECONDS[name],
-                "arguments_schema": model.model_json_schema(),
-            }
-            for name, model in TOOL_ARGUMENTS.items()
-        ]
-    }
+    from .tools import catalog
+
+    return {"tools": catalog().describe()}
 
 
 def rendered() -> dict[str, str]:

@@ -362,7 +362,7 @@ def pack_list() -> list[dict[str, Any]]:
             packs.append({"name": name, "ok": False, "error": redact(str(exc))})
             continue
         packs.append({"name": name, "ok": True, "task_id": task.id, "goal": task.goal,
-                      "required_tools": list(task.required_tools), "mode": task.mode})
+                      "required_tools": list(task.required_tools), "tools": task.tool_names, "mode": task.mode})
     return packs
 
 
@@ -451,9 +451,9 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     @app.post("/schema/validate")
     def validate_arguments(body: ValidateArgumentsRequest) -> JSONResponse:
         """Validate candidate tool arguments exactly as the runtime would (no tool runs)."""
-        from .tools import ArgumentError, default_registry
+        from .tools import ArgumentError, catalog
 
-        registry = default_registry()
+        registry = catalog()
         if body.tool not in registry:
             return JSONResponse({"ok": False, "tool": body.tool, "error": {
                 "code": "unknown_tool", "message": f"unknown tool; known: {', '.join(registry.tools)}"}})
@@ -550,9 +550,8 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     def get_artifact(run_id: str, artifact_id: str) -> Response:
         """One PNG written by the plot tool of this run."""
         try:
-            path = store.artifact_path(run_id, artifact_id)
-            data = path.read_bytes()
-        except (JobNotFound, OSError):
+            data = store.read_artifact(run_id, artifact_id)  # opened without following any link
+        except JobNotFound:
             raise ApiError(404, "not_found", "no such artifact for this run") from None
         return Response(data, media_type="image/png",
                         headers={"content-disposition": f'inline; filename="{artifact_id}.png"'})
@@ -608,6 +607,62 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+#: Seconds a client has to send one whole request (headers and body) once it connects or once the
+#: previous response ends; a client dribbling bytes is disconnected after it. Idle keep-alive
+#: connections close sooner (KEEP_ALIVE_SECONDS).
+REQUEST_READ_SECONDS = 10.0
+KEEP_ALIVE_SECONDS = 5
+
+
+def read_deadline_protocol(seconds: float = REQUEST_READ_SECONDS) -> type:
+    """uvicorn's h11 protocol with a deadline for reading each request.
+
+    uvicorn's own timeout only covers idle keep-alive connections; a client that connects and
+    sends nothing, or sends its headers or body one byte a second, would hold its socket forever
+    (2000 of them were held for over a minute). One timer per connection checks h11's view of the
+    client: still sending the request (IDLE with or without bytes, or SEND_BODY) past the deadline
+    means the connection is closed. A request being handled is never cut.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class ReadDeadlineProtocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._read_started = self.loop.time()
+            self._read_timer = self.loop.call_later(seconds, self._check_read_deadline)
+
+        def on_response_complete(self) -> None:
+            self._read_started = self.loop.time()  # the next request's clock starts now
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._read_timer.cancel()
+            super().connection_lost(exc)
+
+        def _check_read_deadline(self) -> None:
+            if self.transport.is_closing():
+                return
+            waited = self.loop.time() - self._read_started
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and waited >= seconds:
+                self.transport.close()
+                return
+            self._read_timer = self.loop.call_later(seconds - waited if waited < seconds else seconds,
+                                                    self._check_read_deadline)
+
+    return ReadDeadlineProtocol
+
+
+def server_config(app: Any, host: str, port: int, *, read_seconds: float = REQUEST_READ_SECONDS,
+                  **options: Any) -> Any:
+    """The runner's uvicorn configuration: h11 with a request read deadline, short keep-alive, no websockets."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, http=read_deadline_protocol(read_seconds), ws="none",
+                          timeout_keep_alive=KEEP_ALIVE_SECONDS, proxy_headers=False, server_header=False,
+                          forwarded_allow_ips="", **options)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     import uvicorn
@@ -626,5 +681,7 @@ def main(argv: list[str] | None = None) -> None:
     shown = f"[{bind}]" if ":" in bind else bind
     print(f"ReAct Agent Local runner {__version__} on http://{shown}:{args.port} "
           f"(origins: {', '.join(settings.allow_origins)}; Python {platform.python_version()})", flush=True)
-    uvicorn.run(app, host=bind, port=args.port, log_level=args.log_level, access_log=args.access_log,
-                proxy_headers=False, server_header=False, forwarded_allow_ips="")
+    server = uvicorn.Server(server_config(app, bind, args.port, log_level=args.log_level, access_log=args.access_log))
+    server.run()
+    if not server.started:  # the port is taken, say; as uvicorn.run does
+        sys.exit(3)

@@ -25,7 +25,10 @@ from agent.backends import (
     locate_model,
     unload_all,
 )
-from agent.contracts import CALCULATOR_PATTERN, TOOL_ARGUMENTS
+from agent.tools import catalog
+from agent.tools.calculator import CALCULATOR_PATTERN
+
+TOOL_ARGUMENTS = {tool.name: tool.args_model for tool in catalog()}
 from agent.model_policy import ModelRequest, ModelUnavailable
 
 import download_model  # noqa: E402
@@ -270,13 +273,13 @@ def _value_schemas():
     schemas["evidence_ids"] = {"type": "array", "items": {"type": "string", "pattern": r"^obs-[a-z_]+-[0-9]+$"},
                                "minItems": 1, "maxItems": 10}
     try:  # what the runtime actually sends, where its prompting module is present
-        from agent.prompting import ANSWER_SCHEMA, argument_schema, free_decision_schema
+        from agent.prompting import ANSWER_SCHEMA, free_decision_schema
 
         schemas["runtime_answer"] = ANSWER_SCHEMA
-        schemas["runtime_free_decision"] = free_decision_schema()
-        schemas["runtime_free_decision_with_final"] = free_decision_schema(
+        schemas["runtime_free_decision"] = free_decision_schema(catalog())
+        schemas["runtime_free_decision_with_final"] = free_decision_schema(catalog(),
             ("obs-knowledge_search-1", "obs-calculator-2"), "The average is {number}. It {meets|does not meet} the rule.")
-        schemas.update({f"runtime_{name}": argument_schema(name) for name in TOOL_ARGUMENTS})
+        schemas.update({f"runtime_{tool.name}": tool.compact_schema() for tool in catalog()})
     except ImportError:
         pass
     return schemas

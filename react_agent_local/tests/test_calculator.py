@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from agent.calculator import MAX_LENGTH, evaluate
+from agent.tools.calculator import MAX_LENGTH, evaluate
 from agent.tools import ToolContext, ToolError, default_registry
 
 
@@ -145,9 +146,9 @@ def test_through_the_registry(tmp_path: Path):
     registry = default_registry()
     tool = registry.get("calculator")
     args = registry.validate("calculator", {"expression": "(72 + 78 + 81 + 85) / 4"})
-    result = tool.run(args, ToolContext(knowledge_dir=tmp_path, artifact_dir=tmp_path))
+    result = tool.execute(ToolContext(knowledge_dir=tmp_path, artifact_dir=tmp_path), args, threading.Event())
     assert result["value"] == 79 and type(result["value"]) is int
     assert result["expression"] == "(72 + 78 + 81 + 85) / 4"
     with pytest.raises(ToolError) as info:
-        tool.run(registry.validate("calculator", {"expression": "1/0"}), ToolContext(tmp_path, tmp_path))
+        tool.execute(ToolContext(tmp_path, tmp_path), registry.validate("calculator", {"expression": "1/0"}), threading.Event())
     assert info.value.code == "calculator_division_by_zero"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import base64
 import hashlib
 import json
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import plotting
-from agent.contracts import PlotArgs
-from agent.plotting import render_bar_chart
+from agent.tools import plotting
+from agent.tools.plotting import PlotArgs
+from agent.tools.plotting import render_bar_chart
 from agent.tools import ToolContext, ToolError, default_registry
 
 BATCHES = {"labels": ["Batch A", "Batch B", "Batch C", "Batch D"], "values": [72, 78, 81, 85]}
@@ -155,6 +156,6 @@ def test_through_the_registry(tmp_path):
     registry = default_registry()
     tool = registry.get("plot")
     args = registry.validate("plot", {**BATCHES, "average": 79, "title": "AgentEval Mini"})
-    result = tool.run(args, ToolContext(knowledge_dir=tmp_path, artifact_dir=tmp_path / "run-1"))
+    result = tool.execute(ToolContext(knowledge_dir=tmp_path, artifact_dir=tmp_path / "run-1"), args, threading.Event())
     assert (tmp_path / "run-1" / f"{result['artifact']['id']}.png").is_file()
     assert tool.digest(result) == result["spec"]

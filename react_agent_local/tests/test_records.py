@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from agent.knowledge_records import RecordError, extract_records
-except ImportError:  # the module may have moved into the tools package
-    from agent.tools.knowledge_records import RecordError, extract_records
+from agent.tools.records import RecordError, extract_records
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 RECORDS = Path(__file__).resolve().parent / "records"
@@ -58,27 +55,22 @@ def test_corpus_file(path):
     assert _same_types(result, expected)
 
 
-# --- the files shipped today give what knowledge.parse_data gives ------------------------------
+# --- the files shipped with the package give what their packs' ground truth says ----------------
 
 
-def _shipped_knowledge_files():
-    folders = [PACKAGE_ROOT / "knowledge"] + sorted((PACKAGE_ROOT / "packs").glob("*/knowledge"))
-    return [sorted(folder.glob("*.md")) for folder in folders if folder.is_dir()]
+def _shipped_packs():
+    packs = [PACKAGE_ROOT] + sorted(p.parent for p in (PACKAGE_ROOT / "packs").glob("*/task.json"))
+    # Packs of another task family (facts instead of records) have no record to compare.
+    return [p for p in packs if "knowledge" in json.loads((p / "data" / "expected.json").read_text(encoding="utf-8"))]
 
 
-@pytest.mark.parametrize("paths", _shipped_knowledge_files(), ids=lambda ps: ps[0].parent.parent.name)
-def test_shipped_knowledge_matches_parse_data(paths):
-    try:
-        from agent.tools import knowledge
-    except ImportError:
-        from agent import knowledge
-    raws = [(p.name, p.read_bytes()) for p in paths]
-    sources = [knowledge._SourceFile(n, r.decode("utf-8-sig"), hashlib.sha256(r).hexdigest()) for n, r in raws]
-    expected = knowledge.parse_data(sources)
-    result = extract_records([(n, r.decode("utf-8-sig")) for n, r in raws])
+@pytest.mark.parametrize("pack", _shipped_packs(), ids=lambda p: p.name)
+def test_shipped_knowledge_matches_expected(pack):
+    expected = json.loads((pack / "data" / "expected.json").read_text(encoding="utf-8")).get("knowledge")
+    paths = sorted((pack / "knowledge").glob("*.md"))
+    result = extract_records([(p.name, p.read_text(encoding="utf-8-sig")) for p in paths])
     assert result == expected
     assert list(result["batches"]) == list(expected["batches"])
-    assert _same_types(result, expected)
 
 
 # --- focused unit tests ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from agent.contracts import Budgets
 from agent.model_policy import ModelUnavailable
 from agent.packs import PACKAGE_ROOT, load_pack
 from agent.runtime import run_agent
-from agent.tools import Tool, ToolError, default_registry
+from agent.tools import ToolError, catalog, default_registry
 from runtime_helpers import chain_outputs, events_of, run_scripted, types
 
 GOLDEN = Path(__file__).parent / "golden" / "normal_chain.json"
@@ -189,16 +190,15 @@ def flaky_registry(failures: int, code="knowledge_read_failed", retryable=True, 
     real = registry.get("knowledge_search")
     calls = {"n": 0}
 
-    def run(args, ctx):
+    def run(ctx, args, cancel):
         calls["n"] += 1
         if calls["n"] <= failures:
             if sleep:
                 time.sleep(sleep)
             raise ToolError(code, "transient read failure (test)", retryable=retryable)
-        return real.run(args, ctx)
+        return real.execute(ctx, args, cancel)
 
-    registry.register(Tool("knowledge_search", real.args_model, run, real.digest,
-                           timeout_seconds=timeout or real.timeout_seconds))
+    registry.tools["knowledge_search"] = replace(real, execute=run, timeout_seconds=timeout or real.timeout_seconds)
     return registry, calls
 
 
@@ -217,13 +217,13 @@ def test_tool_timeout_is_retried(tmp_path):
     real = registry.get("knowledge_search")
     calls = {"n": 0}
 
-    def slow_once(args, ctx):
+    def slow_once(ctx, args, cancel):
         calls["n"] += 1
         if calls["n"] == 1:
             time.sleep(0.5)
-        return real.run(args, ctx)
+        return real.execute(ctx, args, cancel)
 
-    registry.register(Tool("knowledge_search", real.args_model, slow_once, real.digest, timeout_seconds=0.2))
+    registry.tools["knowledge_search"] = replace(real, execute=slow_once, timeout_seconds=0.2)
     outcome, _ = run_scripted(chain(), tmp_path, tools=registry)
     retry = events_of(outcome, "tool.retry")[0]
     assert retry["error"]["code"] == "tool_timeout" and retry["error"]["retryable"] is True
@@ -411,6 +411,9 @@ def test_causal_order_violated_completes_but_fails_task_success(tmp_path):
 def test_wrong_calculator_value_fails_task_success(tmp_path):
     outputs = chain()
     outputs[1] = json.dumps({"expression": "(72 + 78 + 81 + 85) / 3"})
+    wrong = round((72 + 78 + 81 + 85) / 3, 2)  # an answer true to its (wrong) evidence passes the claims
+    outputs[3] = json.dumps(f"The average is {wrong} and the lowest batch value is 72. Check: average {wrong} >= 78 "
+                            "is True; lowest 72 >= 70 is True. So it meets the release rule.")
     outcome, _ = run_scripted(outputs, tmp_path)
     m = outcome.result.metrics
     assert outcome.result.stop_reason == "completed"
@@ -418,10 +421,32 @@ def test_wrong_calculator_value_fails_task_success(tmp_path):
     assert m.tool_argument_accuracy == round(2 / 3, 4)
 
 
-def test_wrong_verdict_fails_task_success(tmp_path):
-    outcome, _ = run_scripted(chain("The average is 79, the lowest is 72; it does not meet the release rule."), tmp_path)
+def test_a_final_with_false_claims_is_refused_and_answered_again(tmp_path):
+    right = chain()[3]
+    wrong = [json.dumps("The average is 79 and the lowest batch value is 72. Check: average 79 >= 78 is True; "
+                        "lowest 72 >= 70 is True. So it does not meet the release rule."),
+             json.dumps("The average is 79 and the lowest batch value is 72. Check: average 79 >= 78 is True; "
+                        "lowest 79 >= 70 is True. So it meets the release rule."),
+             ]
+    outcome, policy = run_scripted(chain()[:3] + wrong + [right], tmp_path)
+    refused = [e for e in events_of(outcome, "final.validated") if not e["accepted"]]
+    assert [e["false_claims"] for e in refused] == [1, 1]
+    assert "verdict contradicts the checks" in refused[0]["message"]
+    assert "compares the wrong value with 70" in refused[1]["message"] and "is 72" in refused[1]["message"]
+    # The refusal reaches the model as feedback; the third Final is accepted.
+    assert "verdict contradicts" in policy.requests[4].messages[-1]["content"]
+    m = outcome.result.metrics
+    assert outcome.result.stop_reason == "completed" and m.task_success is True and m.recovery_rate == 1.0
+
+
+def test_repeated_false_claims_stop_the_run(tmp_path):
+    wrong = json.dumps("The average is 79 and the lowest batch value is 72. Check: average 79 >= 78 is False; "
+                       "lowest 72 >= 70 is True. So it does not meet the release rule.")
+    outcome, _ = run_scripted(chain()[:3] + [wrong] * 3, tmp_path)
+    assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "loop_detected")
+    guard = events_of(outcome, "guard.no_progress")[0]
+    assert guard["code"] == "repeated_false_claims" and guard["count"] == 3
     assert outcome.result.metrics.task_success is False
-    assert outcome.result.metrics.checks["answer_verdict_correct"] is False
 
 
 # -- the alternative pack -------------------------------------------------------------------------
@@ -438,10 +463,22 @@ def test_alternative_pack_runs_and_is_graded_through_the_same_code(tmp_path):
     assert ALT.task.goal in policy.requests[0].messages[-1]["content"]
 
 
-def test_alternative_pack_with_the_default_packs_answer_fails(tmp_path):
-    outcome, _ = run_scripted(chain("The average is 79 and the lowest is 72, so it meets the release rule.", pack=ALT),
-                              tmp_path, pack=ALT)
-    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is False
+def test_alternative_pack_refuses_the_default_packs_answer(tmp_path):
+    answer = "The average is 79 and the lowest is 72, so it meets the release rule."
+    outcome, _ = run_scripted(chain(answer, pack=ALT) + [json.dumps(answer)] * 2, tmp_path, pack=ALT)
+    refused = events_of(outcome, "final.validated")
+    assert all(not e["accepted"] for e in refused) and "79 appears in no cited observation" in refused[0]["message"]
+    assert outcome.result.stop_reason == "loop_detected" and outcome.result.metrics.task_success is False
+
+
+def test_the_grader_fails_a_true_but_wrong_check(tmp_path):
+    """A Final can only state wrong checks when the runtime has no checks to hold it to; the grader
+    (R-MET) still fails it: 79 >= 70 is true, but the floor is about the lowest value, 72."""
+    from agent.metrics import comparisons_right
+
+    assert comparisons_right("Check: 79 >= 78 is True; 72 >= 70 is True.", [[79, ">=", 78], [72, ">=", 70]])
+    assert not comparisons_right("Check: 79 >= 78 is True; 79 >= 70 is True.", [[79, ">=", 78], [72, ">=", 70]])
+    assert not comparisons_right("Check: 64 >= 78 is True.", [])
 
 
 # -- cancellation and the terminal matrix ---------------------------------------------------------
@@ -501,21 +538,26 @@ def test_no_absolute_path_or_raw_model_text_in_any_event(tmp_path):
     assert all(len(e["output_sha256"]) == 64 for e in completed)
 
 
-def test_trace_is_capped_at_800_events_and_keeps_run_finished(tmp_path):
+def test_trace_is_capped_and_keeps_run_finished(tmp_path, monkeypatch):
+    """A real run of ~300 events through a trace capped at 60: the oldest detail is dropped, the
+    sequence stays monotonic and run.finished is kept (the product's cap is 800)."""
+    import functools
+
+    import agent.runtime
+    from agent.trace import MAX_EVENTS, Trace
+
+    assert MAX_EVENTS == 800
+    monkeypatch.setattr(agent.runtime, "Trace", functools.partial(Trace, max_events=60))
     action = '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 + %d"}}'
     outputs = [action % i for i in range(50)]
     outcome, _ = run_scripted(outputs, tmp_path, mode="free",
                               budgets=Budgets(max_steps=50, max_tool_calls=50, no_progress_limit=8,
                                               max_input_tokens=1_000_000))
-    from agent.trace import Trace
-
-    trace = Trace(max_events=20)
-    for i in range(40):
-        trace.emit("budget", "run", i)
-    trace.emit("run.finished", "run", status="completed")
-    assert len(trace.events) == 20 and trace.events[-1]["type"] == "run.finished" and trace.dropped == 21
-    assert trace.events[0]["seq"] == 22
-    assert outcome.result.stop_reason == "max_steps" and len(outcome.events) <= 800
+    events = outcome.events
+    assert outcome.result.stop_reason == "max_steps" and len(events) == 60
+    assert events[-1]["type"] == "run.finished" and events[-1]["trace_dropped"] > 200
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and seqs[-1] == 60 + events[-1]["trace_dropped"]
 
 
 def test_committed_schemas_match_contracts():
@@ -525,13 +567,10 @@ def test_committed_schemas_match_contracts():
 
 
 def test_model_visible_schemas_keep_every_required_property():
-    from agent.contracts import TOOL_ARGUMENTS
-    from agent.prompting import argument_schema
-
-    for tool, model in TOOL_ARGUMENTS.items():
-        schema = argument_schema(tool)
-        assert set(schema["properties"]) == set(model.model_fields), tool
-        assert set(schema["required"]) <= set(schema["properties"]), tool
+    for tool in catalog():
+        schema = tool.compact_schema()
+        assert set(schema["properties"]) == set(tool.args_model.model_fields), tool.name
+        assert set(schema["required"]) <= set(schema["properties"]), tool.name
 
 
 def test_answer_form_becomes_the_final_value_schema(tmp_path):
@@ -548,9 +587,13 @@ def test_answer_form_becomes_the_final_value_schema(tmp_path):
     assert re.match(pattern, filled)
     assert not re.match(pattern, filled.replace("does not meet", "surely meets"))
     assert not re.match(pattern, '{"average": 79}')
-    _, policy = run_scripted(chain(), tmp_path)
+    outputs = chain()
+    _, policy = run_scripted(outputs, tmp_path)
     final_request = policy.requests[3]
-    assert final_request.value_schema["pattern"] == pattern
+    # In the run, a number slot admits only numbers the cited observations hold.
+    constrained = final_request.value_schema["pattern"]
+    assert re.match(constrained, json.loads(outputs[3]))
+    assert not re.match(constrained, json.loads(outputs[3]).replace("72 >=", "71 >="))
     assert form in final_request.messages[-1]["content"]
 
 

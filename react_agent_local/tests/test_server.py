@@ -13,7 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.contracts import TOOL_ARGUMENTS, Budgets, RunResult, ToolErrorInfo
+from agent.contracts import Budgets, RunResult, ToolErrorInfo
+from agent.tools import catalog
+
+TOOL_ARGUMENTS = {tool.name: tool.args_model for tool in catalog()}
 from agent.job_store import STOPPED_MESSAGE
 from server_support import (
     GOOD_SCRIPT,

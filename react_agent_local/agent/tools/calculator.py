@@ -8,7 +8,7 @@ parser sees it, and the parser's output is then walked against an allowlist. In 
    deliberately including Unicode digits (``１＋１``, ``١+١``), letters (so ``1e308``, names,
    ``__import__``, lambdas, f-strings), quotes, ``%``, ``<``, ``,`` and ``_``. Python itself would
    accept ``１+１`` as 2; we do not, so the accepted language is exactly what the contract pattern
-   (``contracts.CALCULATOR_PATTERN``) says, no matter who calls us.
+   (``CALCULATOR_PATTERN``) says, no matter who calls us.
 3. ``**`` and ``//`` are refused by name (``9**9**9`` never reaches the parser).
 4. Parentheses must balance and nest at most ``MAX_DEPTH`` deep; every number literal has at
    most ``MAX_LITERAL_DIGITS`` digits. Now ``ast.parse`` is cheap and cannot recurse deeply.
@@ -34,9 +34,17 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
+import time
 from fractions import Fraction
+from typing import Any
 
-from .tools import ToolError
+from pydantic import Field
+
+from .base import StrictArgs, Tool, ToolContext, ToolError
+
+# The character set of the contract: digits, spaces, the four operators, parentheses, a decimal point.
+CALCULATOR_PATTERN = r"^[0-9 +\-*/().]+$"
 
 MAX_LENGTH = 240
 MAX_DEPTH = 20
@@ -188,3 +196,37 @@ def evaluate(expression: str) -> int | float:
     if result != result or result in (float("inf"), float("-inf")):
         raise _out_of_range()
     return result
+
+
+class CalculatorArgs(StrictArgs):
+    """Evaluate one arithmetic expression exactly: numbers, + - * /, unary signs, parentheses."""
+
+    expression: str = Field(
+        min_length=1,
+        max_length=MAX_LENGTH,
+        pattern=CALCULATOR_PATTERN,
+        description="Arithmetic only, e.g. (70 + 80) / 2. No names, calls, ** or //.",
+    )
+
+
+def _execute(ctx: ToolContext, args: CalculatorArgs, cancel: threading.Event) -> dict[str, Any]:
+    started = time.perf_counter()
+    value = evaluate(args.expression)
+    return {
+        "expression": args.expression,
+        "value": value,
+        "tool_latency_ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+
+
+TOOL = Tool(
+    name="calculator",
+    args_model=CalculatorArgs,
+    execute=_execute,
+    timeout_seconds=2.0,
+    digest=lambda r: [r.get("expression"), r.get("value")],
+    render=lambda r: f"{r.get('expression')} = {r.get('value')}",
+    hint="Write one arithmetic expression over the exact numbers in the observations; "
+         "an average is (sum of all values) / count, with parentheses around the sum.",
+    summary="Exact arithmetic missing: compute it with the calculator from observed values.",
+)

@@ -58,7 +58,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from .tools import ToolError
+from pydantic import Field
+
+from .base import StrictArgs, Tool, ToolError
+from .records import RecordError, extract_records
 
 MAX_FILE_BYTES = 1024 * 1024
 CHUNK_CHARS = 600
@@ -279,109 +282,6 @@ def chunk_file(source: _SourceFile) -> list[Chunk]:
 
 
 # --------------------------------------------------------------------------------------------
-# Data: the Task Success table and the release rule
-# --------------------------------------------------------------------------------------------
-
-
-def _cells(line: str) -> list[str]:
-    line = line.strip()
-    if line.startswith("|"):
-        line = line[1:]
-    if line.endswith("|"):
-        line = line[:-1]
-    return [c.strip() for c in line.split("|")]
-
-
-def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
-    """Markdown pipe tables (header, rows) outside fenced blocks."""
-    lines = text.splitlines()
-    tables, i, in_fence = [], 0, False
-    while i < len(lines):
-        line = lines[i]
-        if _FENCE.match(line):
-            in_fence = not in_fence
-        elif (
-            not in_fence
-            and "|" in line
-            and i + 1 < len(lines)
-            and _TABLE_SEPARATOR.match(lines[i + 1])
-            and "|" in lines[i + 1]
-        ):
-            header, rows = _cells(line), []
-            i += 2
-            while i < len(lines) and "|" in lines[i] and lines[i].strip():
-                rows.append(_cells(lines[i]))
-                i += 1
-            tables.append((header, rows))
-            continue
-        i += 1
-    return tables
-
-
-def _task_success_rows(source: _SourceFile) -> list[tuple[str, int | float]]:
-    found = []
-    for header, rows in _tables(source.text):
-        lowered = [" ".join(h.lower().strip("*_` ").split()) for h in header]
-        value_col = next((i for i, h in enumerate(lowered) if "task success" in h), None)
-        if value_col is None:
-            continue
-        label_col = next(
-            (i for i, h in enumerate(lowered) if i != value_col and any(k in h for k in _LABEL_HEADERS)),
-            next((i for i in range(len(lowered)) if i != value_col), None),
-        )
-        if label_col is None:
-            continue
-        for row in rows:
-            if max(label_col, value_col) >= len(row):
-                raise ToolError("knowledge_parse_failed", f"{source.name}: a Task Success table row has too few cells", False)
-            label, value = _clean_label(row[label_col]), _number(row[value_col])
-            if not label or value is None:
-                raise ToolError(
-                    "knowledge_parse_failed",
-                    f"{source.name}: Task Success of '{label[:40] or '?'}' is not a number",
-                    False,
-                )
-            found.append((label, value))
-    return found
-
-
-def _rule_lines(source: _SourceFile) -> list[tuple[str, int | float]]:
-    found = []
-    for line in source.text.splitlines():
-        match = _RULE_LINE.match(line)
-        if match:
-            found.append((match.group(1).lower(), _number(match.group(2))))
-    return found
-
-
-def _merge(pairs: list[tuple[str, int | float, str]], what: str) -> dict[str, int | float]:
-    merged: dict[str, int | float] = {}
-    for key, value, file_name in pairs:
-        if key in merged and merged[key] != value:
-            raise ToolError(
-                "knowledge_parse_failed", f"{file_name}: conflicting {what} for '{key[:40]}'", False
-            )
-        merged[key] = value
-    return merged
-
-
-def parse_data(sources: list[_SourceFile]) -> dict[str, Any]:
-    """``{"batches": {label: value}, "release_rule": {"average_gte", "every_batch_gte"}}``."""
-    batches = _merge([(k, v, s.name) for s in sources for k, v in _task_success_rows(s)], "Task Success")
-    rule = _merge([(k, v, s.name) for s in sources for k, v in _rule_lines(s)], "release rule values")
-    if not batches:
-        raise ToolError("knowledge_parse_failed", "no table with a 'Task Success' column in the knowledge files", False)
-    missing = [k for k in RULE_KEYS if k not in rule]
-    if missing:
-        raise ToolError(
-            "knowledge_parse_failed",
-            "release rule incomplete in the knowledge files: missing " + ", ".join(f"'{k}: <number>'" for k in missing),
-            False,
-        )
-    return {"batches": batches, "release_rule": {k: rule[k] for k in RULE_KEYS}}
-
-
-# --------------------------------------------------------------------------------------------
 # The index and its cache
 # --------------------------------------------------------------------------------------------
 
@@ -390,9 +290,10 @@ def parse_data(sources: list[_SourceFile]) -> dict[str, Any]:
 class KnowledgeIndex:
     chunks: list[Chunk]
     bm25: Any
-    data: dict[str, Any]
+    data: dict[str, Any]  # empty when the records could not be read; data_error says why
     source_sha256: str
     file_names: list[str]
+    data_error: str | None = None
 
     def search(self, query: str, top_k: int) -> list[tuple[Chunk, float]]:
         scores = self.bm25.get_scores(tokenize(query)) if self.bm25 is not None else [0.0] * len(self.chunks)
@@ -425,7 +326,10 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
     chunks = [c for c in chunks if tokenize(c.text)]
     if not chunks:
         raise ToolError("knowledge_parse_failed", "the knowledge files contain no searchable text", False)
-    data = parse_data(sources)
+    try:
+        data, data_error = extract_records([(s.name, s.text) for s in sources]), None
+    except RecordError as exc:
+        data, data_error = {}, str(exc)
     titles = {s.name: _title(s) for s in sources}
     manifest = "".join(f"{s.sha256}  {s.name}\n" for s in sources)
     return KnowledgeIndex(
@@ -434,6 +338,7 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
         data=data,
         source_sha256=hashlib.sha256(manifest.encode("utf-8")).hexdigest(),
         file_names=[s.name for s in sources],
+        data_error=data_error,
     )
 
 
@@ -466,7 +371,14 @@ def _fmt(value: int | float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
+def _lowest(batches: dict[str, int | float]) -> tuple[str, int | float]:
+    label = min(batches, key=lambda k: batches[k])  # the first of equal minima, in document order
+    return label, batches[label]
+
+
 def _summary(data: dict[str, Any], returned: int) -> str:
+    if not data:
+        return f"no evaluation record could be read; top {returned} chunks"
     batches = data["batches"]
     shown = ", ".join(f"{k}={_fmt(v)}" for k, v in list(batches.items())[:10])
     if len(batches) > 10:
@@ -497,14 +409,161 @@ def search_knowledge(knowledge_dir: Path, query: str, top_k: int) -> dict[str, A
         }
         for rank, (chunk, score) in enumerate(hits, start=1)
     ]
-    data = {
-        "batches": dict(index.data["batches"]),
-        "release_rule": dict(index.data["release_rule"]),
-    }
-    return {
+    data = {key: dict(value) for key, value in index.data.items()}
+    result = {
         "query": query,
         "citations": citations,
         "source_sha256": index.source_sha256,
         "data": data,
         "summary": _summary(data, len(citations)),
     }
+    if index.data_error:
+        # The chunks are still worth returning: the model can read the values in their text.
+        result["data_error"] = {"code": "knowledge_parse_failed", "message": index.data_error}
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# The tool as the registry sees it
+# --------------------------------------------------------------------------------------------
+
+
+class KnowledgeSearchArgs(StrictArgs):
+    """Search the pack's knowledge files (knowledge/*.md) and return cited chunks and the data in them."""
+
+    query: str = Field(min_length=1, max_length=500, description="What to look for.")
+    top_k: int = Field(default=3, ge=1, le=4, description="How many chunks to return (1..4).")
+
+
+def _render(result: dict[str, Any]) -> str:
+    # Chunk texts stay in the trace; the parsed data carries the facts, and every token of a long
+    # excerpt costs prompt-processing time on a 2-core CPU. The lowest value is stated outright:
+    # picking the minimum of eight numbers is where a small model goes wrong most often.
+    data = result.get("data") or {}
+    batches = data.get("batches") or {}
+    rule = data.get("release_rule") or {}
+    cited = ", ".join(f"{c.get('id')} {c.get('chunk_id')}" for c in result.get("citations", []))
+    if not batches:
+        error = (result.get("data_error") or {}).get("message", "no record found")
+        excerpts = " | ".join(" ".join(str(c.get("text", "")).split()) for c in result.get("citations", []))
+        return f"no structured data ({error}); chunks: {excerpts}"
+    text = f"{len(batches)} groups: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in batches.items())
+    if batches:
+        label, value = _lowest(batches)
+        text += f"; lowest value: {label} = {_fmt(value)}"
+    if rule:
+        text += (f"; release rule: average >= {_fmt(rule['average_gte'])} (average_gte) and every group "
+                 f">= {_fmt(rule['every_batch_gte'])} (every_batch_gte)")
+    return text + f"; citations: {cited}"
+
+
+_FORMS = {
+    "en": ("The average is {number} and the lowest value is {number}. "
+           "Check: average {number} >= {number} is {True|False}; lowest {number} >= {number} is {True|False}. "
+           "So it {meets|does not meet} the release rule."),
+    "zh": ("平均值是 {number}，最低值是 {number}。"
+           "检查：平均值 {number} >= {number} is {True|False}；最低值 {number} >= {number} is {True|False}。"
+           "因此{满足|不满足}发布规则。"),
+}
+# The first phrase of each list is the form's; the others are how people say the same in prose.
+_VERDICTS = {
+    "en": {"positive": ["meets the release rule", "release rule is met", "can be released", "is eligible"],
+           "negative": ["does not meet the release rule", "release rule is not met", "not be released",
+                        "is not eligible", "not meet the release rule"]},
+    "zh": {"positive": ["满足发布规则", "可以发布"], "negative": ["不满足发布规则", "不能发布", "未满足发布规则"]},
+}
+
+
+def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None:
+    """How a Final over this record is checked, when the pack declares nothing itself (R-CLAIM).
+
+    The release rule has two checks: the average (the calculator's value) against ``average_gte``
+    and the lowest value against ``every_batch_gte``; the rule is met only when both hold.
+    """
+    data = result.get("data") or {}
+    batches, rule = data.get("batches") or {}, data.get("release_rule") or {}
+    if not batches or not {"average_gte", "every_batch_gte"} <= set(rule):
+        return None
+    language = language if language in _FORMS else "en"
+    _, low = _lowest(batches)
+    return {
+        "answer_form": _FORMS[language],
+        "checks": [
+            {"label": "average", "left": "calculator.value", "op": ">=", "right": rule["average_gte"],
+             "right_label": "average_gte"},
+            {"label": "lowest", "left": low, "op": ">=", "right": rule["every_batch_gte"],
+             "right_label": "every_batch_gte"},
+        ],
+        "verdict": {**_VERDICTS[language], "requires": "all"},
+        "hints": ["The average is the calculator's value; the lowest value is the smallest of all group values.",
+                  "Compare the average with average_gte and the lowest value with every_batch_gte."],
+    }
+
+
+TOOL = Tool(
+    name="knowledge_search",
+    args_model=KnowledgeSearchArgs,
+    execute=lambda ctx, args, cancel: search_knowledge(ctx.knowledge_dir, args.query, args.top_k),
+    timeout_seconds=5.0,
+    digest=lambda r: r.get("data"),
+    render=_render,
+    hint="Ask in a few words for the values and the rule the task needs.",
+    summary="Facts or rule missing: search the pack's knowledge.",
+    answer_guide=answer_guide,
+)
+
+
+def legacy_expected_checks(expected: dict[str, Any]) -> list[dict[str, Any]]:
+    """Grading checks for an ``expected.json`` written in the first round's record format.
+
+    That format names the record's values (``knowledge.batches``, ``release_rule``), the calculator
+    value, the plot and the Final's numbers and verdict; here it becomes the generic check types of
+    ``metrics.py``.
+    """
+    checks: list[dict[str, Any]] = [{"type": "final_accepted"}]
+    knowledge = expected.get("knowledge") or {}
+    order = expected.get("causal_order") or ["knowledge_search", "calculator", "plot"]
+    per_tool: dict[str, dict[str, Any]] = {}
+    if knowledge:
+        per_tool["knowledge_search"] = {"path": "data", "includes": {
+            "batches": knowledge.get("batches") or {}, "release_rule": knowledge.get("release_rule") or {}}}
+    if "value" in (expected.get("calculator") or {}):
+        per_tool["calculator"] = {"path": "value", "equals": expected["calculator"]["value"]}
+    plot = expected.get("plot") or {}
+    if plot:
+        want = {"labels": plot.get("labels"), "values": plot.get("values")}
+        if plot.get("average") is not None:
+            want["average"] = plot["average"]
+        per_tool["plot"] = {"path": "spec", "includes": want}
+    for tool in order:
+        checks.append({"type": "tool_result", "name": f"{tool}_correct", "tool": tool,
+                       **per_tool.get(tool, {"path": "", "includes": {"__never__": True}})})
+    checks.append({"type": "causal_order", "tools": list(order)})
+    final = expected.get("final") or {}
+    checks.append({"type": "answer_numbers", "name": "answer_mentions_required_values",
+                   "numbers": list(final.get("must_include", []))})
+    if "release_eligible" in final:
+        language_phrases = {"positive": [p for v in _VERDICTS.values() for p in v["positive"]] + list(_POSITIVE_WORDS),
+                            "negative": [p for v in _VERDICTS.values() for p in v["negative"]] + list(_NEGATIVE_WORDS)}
+        checks.append({"type": "answer_verdict", "name": "answer_verdict_correct",
+                       "expected": "positive" if final["release_eligible"] else "negative", **language_phrases})
+        batches, rule = knowledge.get("batches") or {}, knowledge.get("release_rule") or {}
+        average = (expected.get("calculator") or {}).get("value")
+        if batches and {"average_gte", "every_batch_gte"} <= set(rule) and average is not None:
+            checks.append({"type": "answer_comparisons", "name": "answer_checks_right",
+                           "comparisons": [[average, ">=", rule["average_gte"]],
+                                           [min(batches.values()), ">=", rule["every_batch_gte"]]]})
+    return checks
+
+
+# Verdict wording people use for a release decision (regular expressions, negative first: "not
+# eligible" contains "eligible").
+_NEGATIVE_WORDS = (
+    r"(?:\bnot|n't|\bnever|\bcannot)\s+(?:\w+\s+){0,3}?(?:meet|met|eligible|satisf\w*|pass\w*|qualif\w*|release\w*|approv\w*)\b",
+    r"\bineligible\b", r"\bfail(?:s|ed)?\s+to\s+(?:meet|satisfy|pass)\b",
+    "不满足|未满足|不符合|不能发布|不可发布|不予发布|不发布|未达到|不达标",
+)
+_POSITIVE_WORDS = (
+    r"\b(?:meets?|met|eligible|pass(?:es|ed)?|satisf(?:y|ies|ied)|qualif(?:y|ies|ied)|can be released|approved?)\b",
+    "满足|符合|可以发布|可发布|达标",
+)

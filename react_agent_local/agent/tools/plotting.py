@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import secrets
 import sys
 import textwrap
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from .contracts import PlotArgs
-from .tools import ToolError
+from pydantic import Field, field_validator, model_validator
+
+from .base import StrictArgs, Tool, ToolError
 
 FIGURE_SIZE_IN = (6.4, 4.0)
 FIGURE_DPI = 100
@@ -41,6 +43,42 @@ TITLE_CHARS = 120
 Y_LABEL_CHARS = 60
 
 _render_lock = threading.Lock()
+
+
+class PlotArgs(StrictArgs):
+    """Draw a bar chart of labelled values, optionally with an average line; returns a PNG artifact."""
+
+    labels: list[Annotated[str, Field(min_length=1, max_length=LABEL_CHARS)]] = Field(
+        min_length=1, max_length=MAX_BARS, description="Bar labels, 1..20."
+    )
+    values: list[float] = Field(
+        min_length=1, max_length=MAX_BARS, description="One finite number per label."
+    )
+    title: str = Field(min_length=1, max_length=TITLE_CHARS, description="Chart title.")
+    average: float | None = Field(default=None, description="Draw a horizontal average line here.")
+    y_label: str = Field(default="value", min_length=1, max_length=Y_LABEL_CHARS, description="Y axis label.")
+
+    @field_validator("values")
+    @classmethod
+    def _finite(cls, values: list[float]) -> list[float]:
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError("values must be finite numbers")
+        return values
+
+    @field_validator("average")
+    @classmethod
+    def _finite_average(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("average must be a finite number")
+        return value
+
+    @model_validator(mode="after")
+    def _same_length(self) -> "PlotArgs":
+        if len(self.labels) != len(self.values):
+            raise ValueError(
+                f"labels and values must have the same length ({len(self.labels)} != {len(self.values)})"
+            )
+        return self
 
 
 def _cut(text: str, limit: int) -> str:
@@ -148,3 +186,23 @@ def render_bar_chart(args: PlotArgs, artifact_dir: Path) -> dict[str, Any]:
         },
         "summary": f"bar chart '{_cut(spec['title'], 60)}' of {len(spec['labels'])} bars ({bars}{more}){average}",
     }
+
+
+def _render_result(result: dict[str, Any]) -> str:
+    spec = result.get("spec") or {}
+    return (f"bar chart {json.dumps(spec.get('title'), ensure_ascii=False)}, "
+            f"labels {json.dumps(spec.get('labels'), ensure_ascii=False)}, values {spec.get('values')}, "
+            f"average line {spec.get('average')}, artifact {(result.get('artifact') or {}).get('id')}")
+
+
+TOOL = Tool(
+    name="plot",
+    args_model=PlotArgs,
+    execute=lambda ctx, args, cancel: render_bar_chart(args, ctx.artifact_dir),
+    timeout_seconds=15.0,
+    digest=lambda r: r.get("spec"),
+    render=_render_result,
+    hint="Use every label and its value from the observations, in the same order; "
+         "put the calculator's value into \"average\" when the chart needs an average line; give a short title.",
+    summary="Structured values ready: draw the chart with plot.",
+)
