@@ -6,7 +6,11 @@ using ``after_seq`` sees the run grow, and readers always get copies. What leave
 public: the model's name and path hash, never its path.
 
 On disk, ``<runs_dir>/<run-id>/`` holds ``job.json`` (the request minus the model path, status and
-result), ``events.jsonl`` (appended as events arrive) and ``artifacts/`` (the plot PNGs). A restarted
+result), ``events.jsonl`` (appended as events arrive) and ``artifacts/`` (the plot PNGs). The store
+writes only what it can read back: every event and record passes ``trace.redact`` (public and
+JSON-safe) and is serialized once, as strict JSON, before it is kept in memory or on disk. Run files
+are opened relative to folder descriptors without following a link on any component below
+``runs_dir``, so a run folder or ``artifacts/`` swapped for a symlink is refused, never read through. A restarted
 runner reloads finished jobs; a job that was queued or running when the process died is sealed as
 failed/runtime_error with its own ``run.finished``. Retention keeps the newest ``max_runs`` jobs and
 at most ``max_bytes`` on disk, deleting the oldest finished ones first.
@@ -16,6 +20,7 @@ The HTTP side only ever takes the lock for a moment: it never waits on the model
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -40,6 +45,8 @@ RUN_ID = re.compile(r"^run-[0-9a-f]{12}$")
 ARTIFACT_ID = re.compile(r"^art-[0-9a-f]{16}$")
 TERMINAL = frozenset(TERMINAL_STATUS.values())
 MAX_ARTIFACT_BYTES = 20 * 1024 * 1024
+MAX_RECORD_BYTES = 16 * 1024 * 1024  # job.json
+EVENT_FIELDS = ("seq", "type", "step", "attempt", "phase", "elapsed_ms")
 STOPPED_MESSAGE = "runner stopped before the run finished"
 
 #: run_agent's signature (agent/runtime.py); injectable so tests can drive the store directly.
@@ -135,10 +142,106 @@ def _dir_bytes(path: Path) -> int:
     return total
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+def _strict_json(value: Any, **options: Any) -> bytes:
+    """The one serialization of what the store keeps: strict JSON (no NaN), encoded as UTF-8."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, **options).encode("utf-8")
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_DIR_FD = bool(_NOFOLLOW) and os.open in os.supports_dir_fd
+
+
+class _Folder:
+    """``runs_dir/<parts>`` opened without following a link on any component below ``runs_dir``.
+
+    ``runs_dir`` itself is the operator's choice and may be a link. Files are opened relative to the
+    folder's descriptor with ``O_NOFOLLOW``, so swapping the run folder, ``artifacts/`` or a file for
+    a symlink makes the open fail instead of reaching outside (the course site's reader does the same).
+    Without ``dir_fd`` (Windows) each component is checked with ``lstat`` before use.
+    """
+
+    def __init__(self, root: Path, *parts: str):
+        self.path = Path(root).joinpath(*parts)
+        self.fd: int | None = None
+        if not _DIR_FD:
+            for i in range(1, len(parts) + 1):
+                _refuse_link(Path(root).joinpath(*parts[:i]), directory=True)
+            return
+        fds = [os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)]
+        try:
+            for part in parts:
+                fds.append(os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fds[-1]))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        for fd in fds[:-1]:
+            os.close(fd)
+        self.fd = fds[-1]
+
+    def __enter__(self) -> "_Folder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def open(self, name: str, flags: int, mode: int = 0o644) -> int:
+        if self.fd is not None:
+            return os.open(name, flags | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
+        _refuse_link(self.path / name, directory=False)
+        return os.open(self.path / name, flags | getattr(os, "O_BINARY", 0), mode)
+
+    def read(self, name: str, limit: int) -> bytes:
+        """A regular file of at most ``limit`` bytes (no FIFO, device or link); OSError otherwise."""
+        fd = self.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                raise OSError(errno.EINVAL, "not a regular file of the expected size")
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, "file grew past its limit")
+        return data
+
+    def append(self, name: str, data: bytes) -> None:
+        fd = self.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        tmp = name + ".tmp"
+        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        if self.fd is not None:
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        else:
+            os.replace(self.path / tmp, self.path / name)
+
+
+def _refuse_link(path: Path, *, directory: bool) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if directory:
+            raise
+        return  # a file about to be created
+    if stat.S_ISLNK(st.st_mode) or (directory and not stat.S_ISDIR(st.st_mode)):
+        raise OSError(errno.ELOOP, "a run path component is a link")
 
 
 class JobStore:
@@ -189,7 +292,7 @@ class JobStore:
             if len(self._queued_ids) >= self.max_queued:
                 raise QueueFull(f"{len(self._queued_ids)} jobs are already queued; try again later")
             job_id = self._new_id()
-            job = Job(id=job_id, created_at=_now(), request=public_request, model=dict(model),
+            job = Job(id=job_id, created_at=_now(), request=redact(public_request), model=redact(dict(model)),
                       run_request=run_request)
             self._job_dir(job_id).joinpath("artifacts").mkdir(parents=True, exist_ok=True)
             self._persist(job)
@@ -224,22 +327,23 @@ class JobStore:
                 self._persist(job)
             return self._view(job, job.last_seq)
 
-    def artifact_path(self, job_id: str, artifact_id: str) -> Path:
-        """The PNG of ``artifact_id`` if it belongs to ``job_id``; JobNotFound otherwise."""
-        if not ARTIFACT_ID.match(artifact_id):
+    def read_artifact(self, job_id: str, artifact_id: str) -> bytes:
+        """The PNG of ``artifact_id`` if it belongs to ``job_id``; JobNotFound otherwise.
+
+        Read from a descriptor opened without following links (``_Folder``): a run folder,
+        ``artifacts/`` or PNG replaced by a symlink is "missing", never served.
+        """
+        if not isinstance(artifact_id, str) or not ARTIFACT_ID.match(artifact_id):
             raise JobNotFound("unknown artifact")
         with self._lock:
             job = self._get(job_id)
             if artifact_id not in job.artifact_ids:
                 raise JobNotFound("unknown artifact")
-        path = self._job_dir(job_id) / "artifacts" / f"{artifact_id}.png"
         try:
-            st = os.lstat(path)
+            with _Folder(self.runs_dir, job_id, "artifacts") as folder:
+                return folder.read(f"{artifact_id}.png", MAX_ARTIFACT_BYTES)
         except OSError:
             raise JobNotFound("artifact file is missing") from None
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ARTIFACT_BYTES:
-            raise JobNotFound("artifact file is missing")
-        return path
 
     @property
     def queue_length(self) -> int:
@@ -314,7 +418,7 @@ class JobStore:
     def _new_id(self) -> str:
         while True:
             job_id = "run-" + secrets.token_hex(6)
-            if job_id not in self._jobs and not self._job_dir(job_id).exists():
+            if job_id not in self._jobs and not os.path.lexists(self._job_dir(job_id)):
                 return job_id
 
     def _job_dir(self, job_id: str) -> Path:
@@ -329,10 +433,24 @@ class JobStore:
         return job
 
     def _append(self, job: Job, event: dict[str, Any], persist: bool = True) -> None:
-        """Store one event; exactly one run.finished per job, events after it are ignored."""
-        if job.finished_event or not isinstance(event.get("seq"), int) or event["seq"] <= job.last_seq:
+        """Store one event; exactly one run.finished per job, events after it are ignored.
+
+        The event is made public and JSON-safe, then serialized once; what is kept in memory is
+        exactly what ``events.jsonl`` holds. An event that still cannot be written is replaced by
+        a marker with its seq and type, so the trace never has a gap.
+        """
+        seq = event.get("seq")
+        if job.finished_event or not isinstance(seq, int) or isinstance(seq, bool) or seq <= job.last_seq:
             return
-        event = strip_hidden_reasoning(event)
+        event = strip_hidden_reasoning(redact(event))  # redact first: it bounds the depth
+        try:
+            line = _strict_json(event) + b"\n"
+        except (ValueError, TypeError, RecursionError):  # redact() makes this unreachable; the trace still has no gap
+            event = {k: event.get(k) for k in EVENT_FIELDS} | {"unstorable": True}
+            event["type"] = str(event["type"])
+            if event["type"] == "run.finished":
+                event.update(status="failed", stop_reason="runtime_error")
+            line = _strict_json(redact(event)) + b"\n"
         job.events.append(event)
         job.last_seq = event["seq"]
         if len(job.events) > MAX_EVENTS:  # run.finished is always the newest, so it is never dropped
@@ -352,14 +470,15 @@ class JobStore:
                 job.finished_at = job.finished_at or _now()
         if persist:
             try:
-                with open(self._job_dir(job.id) / "events.jsonl", "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(event, ensure_ascii=False) + "\n")
+                with _Folder(self.runs_dir, job.id) as folder:
+                    folder.append("events.jsonl", line)
             except OSError:
                 log.warning("cannot append to the event log of %s", job.id)
 
     def _seal(self, job: Job, status: str, stop_reason: str, *, error: dict[str, Any] | None,
               final: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> None:
         """Make the job terminal; add its run.finished if the runtime did not emit one."""
+        error, final, metrics = redact(error), redact(final), redact(metrics)
         if not job.finished_event:
             self._append(job, {
                 "seq": job.last_seq + 1, "type": "run.finished", "step": 0, "attempt": 0, "phase": "run",
@@ -375,8 +494,10 @@ class JobStore:
 
     def _persist(self, job: Job) -> None:
         try:
-            _write_json_atomic(self._job_dir(job.id) / "job.json", job.record())
-        except OSError:
+            data = _strict_json(redact(job.record()), indent=1)
+            with _Folder(self.runs_dir, job.id) as folder:
+                folder.write_atomic("job.json", data)
+        except (OSError, ValueError):
             log.warning("cannot write job.json of %s", job.id)
 
     def _summary(self, job: Job) -> dict[str, Any]:
@@ -419,29 +540,28 @@ class JobStore:
                 continue
             try:
                 loaded.append(self._load_job(child))
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
                 log.warning("skipping unreadable run folder %s", child.name)
         for job in sorted(loaded, key=lambda j: j.created_at):
             self._jobs[job.id] = job
 
     def _load_job(self, folder: Path) -> Job:
-        record = json.loads((folder / "job.json").read_text(encoding="utf-8"))
-        if record.get("id") != folder.name:
+        with _Folder(self.runs_dir, folder.name) as run_folder:
+            record = redact(json.loads(run_folder.read("job.json", MAX_RECORD_BYTES)))
+            lines = self._read_event_lines(run_folder)
+        if not isinstance(record, dict) or record.get("id") != folder.name:
             raise ValueError("job.json does not match its folder")
         job = Job(id=folder.name, created_at=str(record["created_at"]), request=dict(record["request"]),
                   model=dict(record["model"]), cancel_requested=bool(record.get("cancel_requested")))
         job.started_at = record.get("started_at")
         job.dropped_events = int(record.get("dropped_events") or 0)
-        events_file = folder / "events.jsonl"
-        if events_file.is_file():
-            with open(events_file, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    try:
-                        event = json.loads(line)
-                    except ValueError:  # a line cut short by a crash
-                        continue
-                    if isinstance(event, dict):
-                        self._append(job, event, persist=False)
+        for line in lines:
+            try:
+                event = json.loads(line.decode("utf-8", errors="replace"))
+            except (ValueError, RecursionError):  # a line cut short by a crash
+                continue
+            if isinstance(event, dict):
+                self._append(job, event, persist=False)  # made JSON-safe there: an old "Infinity" becomes a marker
         status = record.get("status")
         if status in TERMINAL:
             job.status = status
@@ -458,6 +578,22 @@ class JobStore:
                        error={"code": "runtime_error", "message": STOPPED_MESSAGE, "retryable": False})
         job.disk_bytes = _dir_bytes(folder)
         return job
+
+    @staticmethod
+    def _read_event_lines(folder: _Folder) -> list[bytes]:
+        """The lines of events.jsonl; none when it is missing or not a regular file (a link, a FIFO)."""
+        try:
+            fd = folder.open("events.jsonl", os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            return []
+        except OSError:
+            log.warning("ignoring the event log of %s: not a regular file", folder.path.name)
+            return []
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                log.warning("ignoring the event log of %s: not a regular file", folder.path.name)
+                return []
+            return fh.readlines()
 
     def _enforce_retention(self) -> None:
         with self._lock:

@@ -2,14 +2,17 @@
 
 Every event has ``seq`` (monotonic from 1), ``type``, ``step``, ``attempt``, ``phase`` and
 ``elapsed_ms`` plus its payload. Payloads pass through ``redact`` before they are stored: absolute
-paths and the user's name never reach a trace, an error or an export. Raw model text never gets
-here at all -- the runtime only hands over its SHA-256.
+paths and the user's name never reach a trace, an error or an export, and what is stored is always
+strict, UTF-8-encodable JSON (a NaN or a lone surrogate becomes a marker), so the job store can write
+every event and read it back. Raw model text never gets here at all -- the runtime only hands over
+its SHA-256.
 """
 
 from __future__ import annotations
 
 import getpass
 import hashlib
+import math
 import os
 import re
 import threading
@@ -20,13 +23,51 @@ from typing import Any, Callable
 MAX_EVENTS = 800
 HIDDEN_REASONING_KEYS = frozenset({"thought", "thoughts", "reasoning", "analysis", "chain_of_thought"})
 
-# POSIX absolute paths of two or more segments, Windows drive paths, UNC paths, file:// URLs.
-# A POSIX segment must start like a file name (letter, _, ., ~), so arithmetic such as
-# "(72 + 78) / 4 / 2" or "((a)/4)/78" is never mistaken for a path.
-_ABS_PATH = re.compile(
-    r"(file://)?(?:(?<![\w])[A-Za-z]:[\\/][^\s'\"]*|\\\\[^\s'\"]+"
-    r"|(?<![\w.)])/(?:[A-Za-z_.~][^\s/'\"]*/)+[^\s'\"]*)"
+# Paths are recognised by their structure, in any script (R-TR privacy rule):
+# - POSIX: "/" + a name + "/" ... ("/2024/models/q.gguf", "/用户/模型/q.gguf"), not preceded by a word
+#   character, ")", "]", "}" or "." -- so divisions such as "(72+78)/4", "((a)/4)/78" and "1/2" are
+#   never paths -- and holding at least one letter, so "/4/2" stays arithmetic;
+# - "~/..." and "~user/...", Windows "C:\..." (or "C:/..."), UNC "\\server\share";
+# - spaces: a quoted path runs to its closing quote; an unquoted one continues over up to four words
+#   that end in a separator of the same style ("/home/alice/My Models/q.gguf" is one path);
+# - URLs: "file://" ones are paths; http(s), ws(s) and ftp URLs ("http://127.0.0.1:4890/status")
+#   name a service, not a file here, and are kept, except for paths in their query string.
+# Not recognised: relative paths, and a path holding a quote, "<", ">" or "|" unless it is quoted.
+_NAME = r"[^\s/\\'\"<>|]"  # a character of one path component
+_CHAR = r"[^\s'\"<>|]"  # a character of a path
+_LETTER = r"[^\W\d]"
+
+
+def _continued(sep: str) -> str:
+    return rf"(?:(?: (?={_NAME}*{_LETTER}){_NAME}+){{1,4}}{sep}{_CHAR}*)*"
+
+
+_WINDOWS_CONTINUED, _POSIX_CONTINUED = _continued(r"\\"), _continued("/")
+_PATHS = re.compile(
+    rf"(?P<url>\b(?i:https?|wss?|ftp)://{_CHAR}*)"
+    rf"|\b(?i:file):/{_CHAR}*"
+    rf"|(?<=(?P<q>[\"']))(?P<quoted>(?:/|~/|[A-Za-z]:[\\/]|\\\\)[^\"'\n]*)(?=(?P=q))"
+    rf"|(?<!\w)[A-Za-z]:[\\/]{_CHAR}*{_WINDOWS_CONTINUED}"
+    rf"|\\\\{_NAME}+\\{_CHAR}*{_WINDOWS_CONTINUED}"
+    rf"|(?<![\w~/\\])~(?:[A-Za-z_][\w.-]*)?/{_CHAR}*{_POSIX_CONTINUED}"
+    rf"|(?<![\w)\]}}.~/\\])(?P<posix>/{_NAME}+(?:(?: (?={_NAME}*{_LETTER}){_NAME}+){{0,4}}/{_CHAR}*)+)"
 )
+_HAS_LETTER = re.compile(_LETTER)
+_SEPARATED = re.compile(r".[^/\\]*[/\\]", re.DOTALL)  # a separator after the first character
+PATH_MARK = "<path>"
+
+
+def _redact_path(match: re.Match[str]) -> str:
+    text = match.group()
+    if match.group("url") is not None:
+        base, question, query = text.partition("?")
+        return base + question + _PATHS.sub(_redact_path, query)
+    if match.group("quoted") is not None:
+        # Without a letter or a second separator no part of it can be a path either.
+        return PATH_MARK if _HAS_LETTER.search(text) and _SEPARATED.match(text) else text
+    if match.group("posix") is not None and not _HAS_LETTER.search(text):
+        return text  # "/4/2": digits and operators only
+    return PATH_MARK
 
 
 def _user_names() -> set[str]:
@@ -42,24 +83,54 @@ def _user_names() -> set[str]:
 
 
 _USERS = _user_names()
+_USER_NAMES = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in sorted(_USERS))) if _USERS else None
 
 
 def redact_text(text: str) -> str:
-    text = _ABS_PATH.sub("<path>", text)
-    for name in _USERS:
-        text = re.sub(rf"\b{re.escape(name)}\b", "<user>", text)
+    """``text`` with every absolute path replaced by ``<path>`` and the user's name by ``<user>``."""
+    text = _PATHS.sub(_redact_path, text)
+    if _USER_NAMES is not None:
+        text = _USER_NAMES.sub("<user>", text)
     return text
 
 
-def redact(value: Any) -> Any:
-    """Return a copy with paths and user names replaced; dict keys are kept."""
+# -- what may leave the process -------------------------------------------------------------------
+
+NON_FINITE_MARK = "<non-finite number>"
+HUGE_INT_MARK = "<integer out of range>"
+TOO_DEEP_MARK = "<nested too deeply>"
+MAX_PUBLIC_DEPTH = 100
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_unicode(text: str) -> str:
+    """Lone surrogates (which UTF-8 cannot encode) become U+FFFD; everything else is kept."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def redact(value: Any, _depth: int = 0) -> Any:
+    """A public, JSON-safe copy of ``value``: every string and key redacted and valid Unicode.
+
+    What cannot be written as strict JSON is replaced by a marker, never dropped: NaN and infinite
+    numbers become ``<non-finite number>``, lone surrogates U+FFFD, values nested deeper than
+    ``MAX_PUBLIC_DEPTH`` ``<nested too deeply>``, other objects their redacted ``str()``. So
+    ``json.dumps(redact(v), allow_nan=False)`` always succeeds and encodes as UTF-8.
+    """
     if isinstance(value, str):
-        return redact_text(value)
+        return redact_text(_valid_unicode(value))
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 1000 else HUGE_INT_MARK  # json.dumps refuses huge ints
+    if isinstance(value, float):
+        return value if math.isfinite(value) else NON_FINITE_MARK
+    if _depth >= MAX_PUBLIC_DEPTH and isinstance(value, (dict, list, tuple)):
+        return TOO_DEEP_MARK
     if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items()}
+        return {redact(k if isinstance(k, str) else str(k), _depth + 1): redact(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
-    return value
+        return [redact(v, _depth + 1) for v in value]
+    return redact(str(value), _depth + 1)
 
 
 def strip_hidden_reasoning(value: Any) -> Any:

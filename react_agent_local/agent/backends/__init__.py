@@ -31,6 +31,7 @@ import stat
 import struct
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -46,6 +47,11 @@ MAX_JSON_BYTES = 4 << 20  # config.json, tokenizer_config.json, provenance.json
 MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit
 MAX_GGUF_META_BYTES = 256 << 20  # key/values + tensor table; Qwen's is about 6 MB
 MAX_GGUF_STRING = 16 << 20
+#: The work budget of one GGUF header read, besides its bytes: strings are parsed one by one, so a
+#: tiny sparse file declaring a 4-million-entry string array would cost seconds of CPU. Real models
+#: declare a few hundred thousand (Qwen2.5: 151k tokens + 151k merges). Checked when declared.
+MAX_GGUF_STRING_ENTRIES = 1 << 20
+MAX_GGUF_SECONDS = 5.0  # a backstop on the whole read
 GGUF_MAGIC = b"GGUF"
 
 INSTALL_HINTS = {
@@ -75,7 +81,7 @@ def complete_json_end(text: str) -> int | None:
         return None
     try:
         value, end = json.JSONDecoder().raw_decode(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting is parse_decision's to refuse, not a crash here
         return None
     if not isinstance(value, (dict, list, str)) and end >= len(stripped):
         return None
@@ -224,10 +230,25 @@ class _Corrupt(Exception):
 
 
 class _BoundedReader:
-    """Reads a file front to back, refusing to go past the file's end or a byte budget."""
+    """Reads a file front to back within a budget: bytes, declared string entries and time."""
+
+    _U64 = struct.Struct("<Q")
 
     def __init__(self, f: BinaryIO, size: int, budget: int):
         self.f, self.size, self.budget = f, size, budget
+        self.strings_left = MAX_GGUF_STRING_ENTRIES
+        self.deadline = time.monotonic() + MAX_GGUF_SECONDS
+
+    def spend_strings(self, count: int) -> None:
+        """Reserve ``count`` strings of work before parsing them; refuse at once past the budget."""
+        if count > self.strings_left:
+            raise _Corrupt(f"declares more than {MAX_GGUF_STRING_ENTRIES} strings, past the reading budget")
+        self.strings_left -= count
+        self.check_time()
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise _Corrupt("metadata takes longer than the reading budget")
 
     @property
     def pos(self) -> int:
@@ -253,6 +274,32 @@ class _BoundedReader:
 
     def u64(self) -> int:
         return struct.unpack("<Q", self.read(8))[0]
+
+    def skip_strings(self, count: int) -> None:
+        """Skip ``count`` strings (already spent), reading their lengths from 1 MiB blocks."""
+        pos = base = self.pos
+        block = b""
+        for i in range(count):
+            if pos + 8 > base + len(block):
+                if pos + 8 > self.size:
+                    raise _Corrupt("truncated")
+                if pos + 8 > self.budget:
+                    raise _Corrupt("metadata larger than the reading limit")
+                self.f.seek(pos)
+                base, block = pos, self.f.read(min(1 << 20, self.size - pos))
+                if len(block) < 8:  # the file shrank while being read
+                    raise _Corrupt("truncated")
+            n = self._U64.unpack_from(block, pos - base)[0]
+            if n > MAX_GGUF_STRING:
+                raise _Corrupt("string length out of range")
+            pos += 8 + n
+            if not i & 0xFFFF:
+                self.check_time()
+        if pos > self.size:
+            raise _Corrupt("truncated")
+        if pos > self.budget:
+            raise _Corrupt("metadata larger than the reading limit")
+        self.f.seek(pos)
 
     def string(self, keep: bool = True) -> str | None:
         n = self.u64()
@@ -282,7 +329,8 @@ def _ggml_type_sizes() -> dict[int, tuple[int, int]]:
 def read_gguf_header(path: Path) -> dict[str, Any]:
     """Parse a GGUF header: version, key/values (large arrays skipped), tensor table, extents.
 
-    Raises ``_Corrupt`` for anything malformed or truncated. Reads at most ``MAX_GGUF_META_BYTES``.
+    Raises ``_Corrupt`` for anything malformed or truncated. Reads at most ``MAX_GGUF_META_BYTES``,
+    parses at most ``MAX_GGUF_STRING_ENTRIES`` strings and stops after ``MAX_GGUF_SECONDS``.
     """
     size = path.stat().st_size
     meta: dict[str, Any] = {}
@@ -296,7 +344,9 @@ def read_gguf_header(path: Path) -> dict[str, Any]:
         n_tensors, n_kv = r.u64(), r.u64()
         if n_tensors > 100_000 or n_kv > 100_000:
             raise _Corrupt("implausible tensor or key count")
+        r.spend_strings(n_kv + n_tensors)  # every key and tensor name is a string
         for _ in range(n_kv):
+            r.check_time()
             key = r.string() or ""
             vtype = r.u32()
             keep = key.startswith(_GGUF_KEEP_STRINGS) or key.endswith(
@@ -315,8 +365,8 @@ def read_gguf_header(path: Path) -> dict[str, Any]:
                 if etype in _GGUF_SCALARS:
                     r.skip(count * struct.calcsize(_GGUF_SCALARS[etype]))
                 elif etype == _GGUF_STRING:
-                    for _ in range(count):
-                        r.string(keep=False)
+                    r.spend_strings(count)
+                    r.skip_strings(count)
                 else:
                     raise _Corrupt(f"unsupported array element type {etype}")
                 meta[key] = f"<array of {count}>"
@@ -327,6 +377,7 @@ def read_gguf_header(path: Path) -> dict[str, Any]:
         sizes = _ggml_type_sizes()
         end_of_data = 0
         for _ in range(n_tensors):
+            r.check_time()
             r.string(keep=False)
             n_dims = r.u32()
             if n_dims > 8:
