@@ -128,24 +128,40 @@ def _check_name(check: dict[str, Any]) -> str:
     return str(check.get("type"))
 
 
+def _first_matches(record: RunRecord, expected: dict[str, Any]) -> dict[int, int]:
+    """Index of each ``tool_result`` check -> position of the first successful result matching it."""
+    found: dict[int, int] = {}
+    for index, check in enumerate(expected.get("checks", [])):
+        if check.get("type") != "tool_result":
+            continue
+        for position, (_, tool, result) in enumerate(record.successes):
+            if tool == check.get("tool") and result_matches(check, result):
+                found[index] = position
+                break
+    return found
+
+
 def task_success_checks(record: RunRecord, expected: dict[str, Any], final: FinalDecision | None) -> dict[str, bool]:
     """Each grading check of ``expected["checks"]`` by name -> passed."""
     answer = final.answer if final else ""
-    tool_checks = [c for c in expected.get("checks", []) if c.get("type") == "tool_result"]
-    first_accurate: dict[str, int] = {}
-    for position, (_, tool, result) in enumerate(record.successes):
-        relevant = [c for c in tool_checks if c.get("tool") == tool]
-        if tool not in first_accurate and relevant and all(result_matches(c, result) for c in relevant):
-            first_accurate[tool] = position
+    checks = expected.get("checks", [])
+    first = _first_matches(record, expected)
+    # A tool is done when every check about it has been met; its position is the last of those.
+    tool_done: dict[str, int | None] = {}
+    for index, check in enumerate(checks):
+        if check.get("type") == "tool_result":
+            tool, position = check.get("tool"), first.get(index)
+            previous = tool_done.get(tool, -1)
+            tool_done[tool] = None if position is None or previous is None else max(previous, position)
     out: dict[str, bool] = {}
-    for check in expected.get("checks", []):
+    for index, check in enumerate(checks):
         kind, name = check.get("type"), _check_name(check)
         if kind == "final_accepted":
             out[name] = final is not None
         elif kind == "tool_result":
-            out[name] = check.get("tool") in first_accurate
+            out[name] = index in first
         elif kind == "causal_order":
-            positions = [first_accurate.get(t) for t in check.get("tools", [])]
+            positions = [tool_done.get(t) for t in check.get("tools", [])]
             out[name] = all(p is not None for p in positions) and positions == sorted(positions)
         elif kind == "answer_numbers":
             out[name] = bool(final) and all(_mentions(answer, n) for n in check.get("numbers", []))
@@ -160,8 +176,9 @@ def task_success_checks(record: RunRecord, expected: dict[str, Any], final: Fina
 
 
 def _accurate(tool: str, result: dict[str, Any], expected: dict[str, Any]) -> bool:
-    relevant = [c for c in expected.get("checks", []) if c.get("type") == "tool_result" and c.get("tool") == tool]
-    return bool(relevant) and all(result_matches(c, result) for c in relevant)
+    """An action is accurate when its result meets one of the grading checks about its tool."""
+    return any(c.get("type") == "tool_result" and c.get("tool") == tool and result_matches(c, result)
+               for c in expected.get("checks", []))
 
 
 def compute_metrics(pack: "TaskPack", record: RunRecord, stop_reason: str, final: FinalDecision | None) -> Metrics:

@@ -225,30 +225,35 @@ class Run:
 
     def _decide(self, branch: Branch) -> ActionDecision | FinalDecision:
         """Generate one Decision, repairing it in the same step up to ``max_retries`` times."""
-        generation = self._generate(branch, 0, None)
-        try:
-            decision = parse_decision(branch.prefix, generation.text, branch.suffix, tool_names=self.tools.names)
-            self.trace.emit("decision.valid", "decision", self.step, decision=decision.model_dump(),
-                            decision_summary=self._summary(branch, decision))
-            return decision
-        except DecisionError as error:
-            self.trace.emit("decision.invalid", "decision", self.step, 0, **error.public())
-            self.record.recoverable += 1
-            last = error
-        for attempt in range(1, self.budgets.max_retries + 1):
-            self._check_time_and_tokens()
-            generation = self._generate(branch, attempt, f"{last.code}: {last.message}")
+        last: DecisionError | None = None
+        for attempt in range(self.budgets.max_retries + 1):
+            if attempt:
+                self._check_time_and_tokens()
+            generation = self._generate(branch, attempt, None if last is None else f"{last.code}: {last.message}")
             try:
-                decision = parse_decision(branch.prefix, generation.text, branch.suffix, tool_names=self.tools.names)
+                decision = self._parse(branch, generation)
             except DecisionError as error:
                 self.trace.emit("decision.invalid", "decision", self.step, attempt, **error.public())
+                if last is None:
+                    self.record.recoverable += 1
                 last = error
                 continue
-            self.record.recovered += 1
-            self.trace.emit("decision.repaired", "decision", self.step, attempt, decision=decision.model_dump(),
-                            decision_summary=self._summary(branch, decision), repairs=attempt)
+            if attempt:
+                self.record.recovered += 1
+                self.trace.emit("decision.repaired", "decision", self.step, attempt, decision=decision.model_dump(),
+                                decision_summary=self._summary(branch, decision), repairs=attempt)
+            else:
+                self.trace.emit("decision.valid", "decision", self.step, decision=decision.model_dump(),
+                                decision_summary=self._summary(branch, decision))
             return decision
         raise _Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
+
+    def _parse(self, branch: Branch, generation: Generation) -> ActionDecision | FinalDecision:
+        # A generation cut off at its token limit is never a Decision, even where the cut happens
+        # to leave valid JSON (seed 002: finish_reason "length" is truncation, never a Final).
+        if generation.finish_reason == "length":
+            raise DecisionError("truncated", "the output was cut off at the token limit; write a shorter Decision")
+        return parse_decision(branch.prefix, generation.text, branch.suffix, tool_names=self.tools.names)
 
     # -- final ------------------------------------------------------------------------------
 

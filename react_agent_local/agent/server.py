@@ -42,7 +42,8 @@ from .contracts import RECOMMENDED_BUDGETS, Budgets, InspectRequest, RunRequest
 from .job_store import JobAlreadyFinished, JobNotFound, JobStore, PolicyFactory, QueueFull, RunFunction
 from .model_policy import ModelUnavailable
 from .packs import PACKAGE_ROOT, PackError, available_packs, load_pack
-from .schemas import decision_schema, tool_registry
+from .schemas import decision_schema
+from .tools import ArgumentError, ToolRegistry, catalog
 from .trace import path_hash, redact
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ class RunnerSettings:
     run_fn: RunFunction = field(default=_default_run_fn)
     #: True when policy_factory is a scripted test policy: jobs are labelled and no model path is needed.
     test_policy: bool = False
+    #: The tools this runner offers (default: the package's); a run gets those its pack names.
+    tools: ToolRegistry | None = None
 
 
 class ApiError(Exception):
@@ -380,7 +383,15 @@ def _public_model(request: RunRequest, test_policy: bool) -> dict[str, Any]:
 
 def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     settings = settings or RunnerSettings()
-    store = JobStore(settings.runs_dir, settings.run_fn, settings.policy_factory,
+    tools = settings.tools if settings.tools is not None else catalog()
+
+    def run_with_tools(pack: Any, *args: Any, **kwargs: Any) -> Any:
+        # Every run reads the registry of this runner; a pack naming a tool it lacks fails the run
+        # with a clear pack_invalid error (runtime._bind_tools).
+        names = [n for n in pack.task.tool_names if n in tools]
+        return settings.run_fn(pack, *args, tools=tools.subset(names), **kwargs)
+
+    store = JobStore(settings.runs_dir, run_with_tools, settings.policy_factory,
                      max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued)
 
     @asynccontextmanager
@@ -441,7 +452,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         return JSONResponse({
             # The same generator as the committed schemas/*.json (agent/schemas.py).
             "decision": decision_schema(),
-            "tools": tool_registry()["tools"],
+            "tools": tools.describe(),
             "budgets": Budgets.model_json_schema(),
             "recommended_budgets": {k: getattr(RECOMMENDED_BUDGETS, k) for k in (
                 "max_steps", "max_tool_calls", "max_seconds", "max_input_tokens", "max_output_tokens")},
@@ -451,9 +462,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     @app.post("/schema/validate")
     def validate_arguments(body: ValidateArgumentsRequest) -> JSONResponse:
         """Validate candidate tool arguments exactly as the runtime would (no tool runs)."""
-        from .tools import ArgumentError, catalog
-
-        registry = catalog()
+        registry = tools
         if body.tool not in registry:
             return JSONResponse({"ok": False, "tool": body.tool, "error": {
                 "code": "unknown_tool", "message": f"unknown tool; known: {', '.join(registry.tools)}"}})
