@@ -25,11 +25,29 @@ if [ ! -x .venv/bin/python ]; then
   step "creating .venv with $($PYTHON --version 2>&1)"
   "$PYTHON" -m venv .venv
 fi
-REQ_HASH=$(cat react_agent_local/requirements.txt react_agent_local/requirements-dev.txt | sha256sum | cut -c1-16)
+# llama.cpp is compiled for a portable x86-64 baseline (AVX2/FMA/F16C) instead of -march=native:
+# a native build on a CPU that reports AMX uses AMX tiles for batched matrix products, and where the
+# kernel or hypervisor does not grant them the first multi-token decode dies with SIGSEGV. The wheel
+# is built once per machine into a cache keyed by the version and these flags.
+LLAMA_VERSION=$(sed -n 's/^llama-cpp-python==//p' react_agent_local/requirements.txt)
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+case "$(uname -m)" in x86_64|amd64) ;; *) LLAMA_CMAKE_ARGS="" ;; esac
+LLAMA_KEY=$(printf '%s %s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)
+LLAMA_WHEELS=${REACT_AGENT_WHEEL_DIR:-$HOME/.cache/react-agent-local/wheels}/llama-cpp-python-$LLAMA_KEY
+REQ_HASH=$( (cat react_agent_local/requirements.txt react_agent_local/requirements-dev.txt; echo "$LLAMA_KEY") | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.req-hash 2>/dev/null)" != "$REQ_HASH" ]; then
-  step "installing Python packages (llama-cpp-python compiles from source the first time: ~7 min on 2 cores)"
   .venv/bin/python -m pip install --quiet --upgrade pip
+  if ! ls "$LLAMA_WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    step "building llama-cpp-python $LLAMA_VERSION from source (once per machine: ~7 min on 2 cores)"
+    mkdir -p "$LLAMA_WHEELS"
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" .venv/bin/python -m pip wheel --no-deps --no-cache-dir \
+      --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_VERSION" -w "$LLAMA_WHEELS"
+  fi
+  step "installing Python packages"
+  .venv/bin/python -m pip install --force-reinstall --no-deps "$LLAMA_WHEELS"/llama_cpp_python-*.whl
   .venv/bin/python -m pip install --progress-bar on -r react_agent_local/requirements-dev.txt
+  # The package itself, editable: `import agent` and the `react-agent` command work from anywhere.
+  .venv/bin/python -m pip install --quiet --no-deps --no-build-isolation -e react_agent_local
   echo "$REQ_HASH" > .venv/.req-hash
 else
   step "Python packages are up to date"

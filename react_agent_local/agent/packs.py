@@ -8,6 +8,7 @@ a tool). Other packs live under ``packs/<name>/`` and are found by name.
 from __future__ import annotations
 
 import json
+import os
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,29 @@ from typing import Any
 
 from .contracts import TaskSpec
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _package_root() -> Path:
+    """Where prompts/, schemas/, the default pack and packs/ live: the source tree (a checkout or an
+    editable install), else the data installed with the package (``pip install``), or $REACT_AGENT_HOME."""
+    if os.environ.get("REACT_AGENT_HOME"):
+        return Path(os.environ["REACT_AGENT_HOME"]).expanduser().resolve()
+    source = Path(__file__).resolve().parent.parent
+    if (source / "prompts").is_dir():
+        return source
+    import importlib.util
+
+    spec = importlib.util.find_spec("react_agent_local")
+    if spec is None or not spec.submodule_search_locations:
+        return source  # nothing installed either: errors will name the missing folder
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+PACKAGE_ROOT = _package_root()
 PACKS_DIR = PACKAGE_ROOT / "packs"
+#: Run folders: beside the package in a checkout, else in the user's cache (site-packages is no place for them).
+DEFAULT_RUNS_DIR = (PACKAGE_ROOT / ".runs" if (PACKAGE_ROOT / "agent").is_dir()
+                    else Path.home() / ".cache" / "react-agent-local" / "runs")
 DEFAULT_PACK_NAME = "default"
 
 

@@ -19,13 +19,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from .contracts import AnswerGuide, Observation
+from .packs import PACKAGE_ROOT
 from .tools import ToolRegistry
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+PROMPTS_DIR = PACKAGE_ROOT / "prompts"
 VISIBLE_OBSERVATIONS = 10
 VISIBLE_FEEDBACK = 4
 OBSERVATION_CHARS = 3000

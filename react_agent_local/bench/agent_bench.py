@@ -21,13 +21,11 @@ import json
 import secrets
 import statistics
 from collections import Counter
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.backends import load_policy, unload_all  # noqa: E402
 from agent.contracts import Budgets  # noqa: E402

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from server_support import GOOD_SCRIPT, _die_with_parent, free_port  # noqa: E402  (shared with the runner tests)
 
