@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -94,11 +95,18 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The full JSON schema of the arguments (with titles and descriptions)."""
-        return self.args_model.model_json_schema()
+        return _schemas(self.args_model)[0]
 
     def compact_schema(self) -> dict[str, Any]:
         """The schema as the model and the grammar see it: no titles or descriptions."""
-        return compact_schema(self.schema())
+        return _schemas(self.args_model)[1]
+
+
+@lru_cache(maxsize=256)
+def _schemas(model: type[BaseModel]) -> tuple[dict[str, Any], dict[str, Any]]:
+    # Generating a JSON schema costs milliseconds and the prompt and grammar need it every step.
+    full = model.model_json_schema()
+    return full, compact_schema(full)
 
 
 def compact_schema(schema: Any) -> Any:
