@@ -1,4 +1,5 @@
-"""Terminal entry point: ``python -m agent run`` and ``python -m agent schemas``.
+"""Terminal entry point: ``python -m agent run``, ``python -m agent eval`` (see ``evaluation/``) and
+``python -m agent schemas``.
 
 ``run`` drives the real runtime with a real local model (never the scripted test policy) and prints
 a readable step-by-step trace and the metrics, or with ``--json`` one JSON object with ``status``,
@@ -207,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     schemas = sub.add_parser("schemas", help="check (default) or --write schemas/*.json from contracts.py")
     schemas.add_argument("--write", action="store_true")
     schemas.set_defaults(func=cmd_schemas)
+    from .evaluation import command as evaluation  # light: heavy imports happen when eval runs
+    evaluate = sub.add_parser("eval", help="run task packs x seeds with one resident model and write a report")
+    evaluation.add_arguments(evaluate)
+    evaluate.set_defaults(func=evaluation.main)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,137 @@
+"""``python -m agent eval``: packs × seeds with one resident model, then the report (R-EVAL).
+
+    python -m agent eval --model PATH --packs DIR|NAME|generated:N --runs K [--seed S]
+                         [--temperature T] [--top-p P] [--top-k K] [--mode guided|free] [--out DIR]
+
+Operator mistakes (bad flag values, no model, unknown packs) are one ``error:`` line and exit 2,
+before anything is loaded or written. The model is loaded once through ``backends.load_policy``
+(the same process-wide resident model ``agent run`` and the runner use) and every run gets it.
+The report goes to ``--out`` (default ``<runs dir>/eval/<timestamp>/``: ``.runs/`` beside the package in a
+checkout, see ``packs.DEFAULT_RUNS_DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--packs", required=True,
+                        help="a pack folder, a folder of pack folders, a pack name, or generated:N")
+    parser.add_argument("--runs", type=int, default=1, help="runs per pack (seeds S, S+1, ...)")
+    parser.add_argument("--seed", type=int, default=0, help="first sampling seed; also seeds generated:N")
+    parser.add_argument("--model", default=None, help="GGUF file or model directory (default: the downloaded 1.5B)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--mode", default=None, choices=["guided", "free"], help="override each pack's mode")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus mass when sampling (default 0.8)")
+    parser.add_argument("--top-k", type=int, default=None, help="candidates kept when sampling (default 20)")
+    parser.add_argument("--max-seconds", type=float, default=None, help="deadline of each run")
+    parser.add_argument("--out", default=None, help="report folder (default .runs/eval/<timestamp>/ in a checkout)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _refuse(message: str) -> int:
+    print(f"error: {message}. Nothing was run.", file=sys.stderr)
+    return 2
+
+
+def _display(path: Path) -> str:
+    """A path as we may print it: relative to the package, the working folder or ~, else its name."""
+    for base, prefix in ((PACKAGE_ROOT, ""), (Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            return prefix + str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return path.name
+
+
+def main(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ..contracts import Budgets
+    from .suite import find_packs, parse_generated
+
+    if args.runs < 1 or args.runs > 1000:
+        return _refuse("--runs: must be between 1 and 1000")
+    try:
+        budgets = Budgets(**{k: v for k, v in {
+            "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+            "max_seconds": args.max_seconds, "seed": args.seed}.items() if v is not None})
+        Budgets(seed=args.seed + args.runs - 1)  # the last run's seed must be valid too
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        return _refuse(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}")
+    try:
+        generated = parse_generated(args.packs)
+        packs = None if generated else find_packs(args.packs)
+    except PackError as exc:
+        return _refuse(str(exc))
+    from ..cli import default_model
+
+    model = Path(args.model).expanduser() if args.model else default_model()
+    if model is None:
+        return _refuse("no local model found; download one first (python download_model.py --preset "
+                       "qwen2.5-coder-1.5b-gguf) or pass --model PATH")
+    return _evaluate(args, budgets, model, packs)
+
+
+def _evaluate(args: argparse.Namespace, budgets: Any, model: Path, packs: list | None) -> int:
+    from ..backends import load_policy
+    from ..model_policy import ModelUnavailable
+    from .report import build_report, to_markdown, write_chart
+    from .suite import resolve_packs, run_suite
+
+    try:
+        policy = load_policy(str(model), device=args.device, dtype=args.dtype, backend=args.backend)
+    except ModelUnavailable as exc:
+        return _refuse(exc.message)
+    out = Path(args.out).expanduser() if args.out else DEFAULT_RUNS_DIR / "eval" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    packs = packs if packs is not None else resolve_packs(args.packs, out, args.seed)
+    started, runs, interrupted = time.time(), [], False
+
+    def record(run: Any) -> None:
+        runs.append(run)
+        log.write(json.dumps(run.to_dict(), ensure_ascii=False) + "\n")
+        log.flush()
+
+    # subtle: SIGTERM (e.g. from `timeout`) becomes KeyboardInterrupt, so the runs so far still get a report.
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if on_main else None
+    try:
+        with (out / "runs.jsonl").open("w", encoding="utf-8") as log:
+            run_suite(packs, lambda pack, k: policy, budgets, runs=args.runs, seed=args.seed,
+                      artifact_root=out / "artifacts", mode=args.mode, progress=not args.no_progress, on_run=record)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"\ninterrupted after {len(runs)} run(s); reporting those", file=sys.stderr)
+    finally:
+        if on_main:
+            signal.signal(signal.SIGTERM, previous)
+    spec = args.packs if args.packs.startswith("generated:") else Path(args.packs).name or args.packs
+    settings = {"packs": spec, "pack_count": len(packs), "runs": args.runs, "seed": args.seed,
+                "temperature": budgets.temperature, "top_p": budgets.top_p, "top_k": budgets.top_k,
+                "max_seconds": budgets.max_seconds, "mode": args.mode,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                "wall_seconds": round(time.time() - started, 1), "interrupted": interrupted}
+    report = build_report(runs, settings, policy.description.public())
+    (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    markdown = to_markdown(report)
+    (out / "report.md").write_text(markdown, encoding="utf-8")
+    write_chart(report, out / "report.png")
+    print(markdown)
+    where = _display(out)
+    print(f"report: {where}/report.json, {where}/report.md, {where}/report.png")
+    return 130 if interrupted else 0

@@ -1,0 +1,144 @@
+"""Running packs × seeds through the real runtime with one policy (R-EVAL).
+
+``run_suite`` is the eval loop: for every pack, ``runs`` runs with seeds ``seed, seed + 1, ...``
+(so run k of every pack shares a seed), each through ``runtime.run_agent`` exactly as ``agent run``
+drives it. The policy comes from ``policy_for(pack, k)``: the eval command returns one resident
+model for every call; tests return a fresh scripted policy per run. Each run becomes an
+``EvalRun``: the runtime's own metrics and checks, the independent grade, and its wall time.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..contracts import Budgets
+from ..packs import PackError, TaskPack, load_pack
+from ..runtime import PolicySource, run_agent
+from .generator import generate_packs
+from .grading import grade_run
+
+GENERATED = "generated:"
+
+
+@dataclass
+class EvalRun:
+    """One run of one pack, as the report needs it (JSON-ready through ``to_dict``)."""
+
+    pack: str
+    run: int
+    seed: int
+    status: str
+    stop_reason: str
+    task_success: bool | None
+    checks: dict[str, bool]
+    metrics: dict[str, Any]
+    seconds: float
+    independent_failures: list[str]
+    case: str | None = None
+    answer: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def independent_success(self) -> bool:
+        return not self.independent_failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "independent_success": self.independent_success}
+
+
+def verdict_case(expected: dict[str, Any]) -> str | None:
+    """Which of the four verdict cases a pack's ground truth is (None if it has no release rule)."""
+    knowledge = expected.get("knowledge") or {}
+    batches, rule = knowledge.get("batches") or {}, knowledge.get("release_rule") or {}
+    if not batches or not {"average_gte", "every_batch_gte"} <= set(rule):
+        return None
+    average = (expected.get("calculator") or {}).get("value", sum(batches.values()) / len(batches))
+    avg_ok, floor_ok = average >= rule["average_gte"], min(batches.values()) >= rule["every_batch_gte"]
+    return {(True, True): "both", (False, True): "avg_fails", (True, False): "floor_fails",
+            (False, False): "both_fail"}[(avg_ok, floor_ok)]
+
+
+def parse_generated(spec: str) -> int | None:
+    """``generated:N`` -> N; any other spec -> None. Raises PackError for a bad N."""
+    if not spec.startswith(GENERATED):
+        return None
+    try:
+        n = int(spec[len(GENERATED):])
+    except ValueError:
+        raise PackError(f"--packs {spec}: expected generated:N with N a whole number") from None
+    if not 1 <= n <= 1000:
+        raise PackError(f"--packs {spec}: N must be between 1 and 1000")
+    return n
+
+
+def find_packs(spec: str) -> list[TaskPack]:
+    """A pack folder, a folder of pack folders (sorted by name), or a pack name the runner knows."""
+    path = Path(spec).expanduser()
+    if path.is_dir() and not (path / "task.json").is_file():
+        packs = [TaskPack.load(child) for child in sorted(path.iterdir())
+                 if child.is_dir() and (child / "task.json").is_file()]
+        if not packs:
+            raise PackError(f"--packs {path.name}: no pack folders (with task.json) inside")
+    else:
+        packs = [load_pack(path if path.is_dir() else spec)]
+    for pack in packs:
+        if not pack.expected_path.is_file():
+            raise PackError(f"pack '{pack.name}': data/expected.json not found; eval needs the ground truth")
+    return packs
+
+
+def resolve_packs(spec: str, out_dir: Path, seed: int) -> list[TaskPack]:
+    """Packs for ``--packs``; ``generated:N`` writes N packs under ``out_dir/packs`` first."""
+    n = parse_generated(spec)
+    if n is None:
+        return find_packs(spec)
+    return [TaskPack.load(root) for root in generate_packs(out_dir / "packs", n, seed)]
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+    return tqdm(total=total, desc="eval", unit="run", file=sys.stderr, disable=not enabled, dynamic_ncols=True)
+
+
+def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, artifact_dir: Path,
+            mode: str | None = None) -> EvalRun:
+    expected = pack.load_expected()
+    started = time.perf_counter()
+    outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode)
+    seconds = time.perf_counter() - started
+    result = outcome.result
+    metrics = result.metrics.model_dump() if result.metrics else {}
+    checks = metrics.pop("checks", {}) or {}
+    return EvalRun(
+        pack=pack.name, run=k, seed=budgets.seed if budgets.seed is not None else k, status=result.status,
+        stop_reason=result.stop_reason, task_success=metrics.get("task_success"), checks=checks, metrics=metrics,
+        seconds=round(seconds, 3), independent_failures=grade_run(expected, result), case=verdict_case(expected),
+        answer=result.final.answer if result.final else None,
+        error=f"{result.error.code}: {result.error.message}"[:300] if result.error else None)
+
+
+def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], PolicySource], budgets: Budgets,
+              *, runs: int, seed: int, artifact_root: Path, mode: str | None = None,
+              progress: bool = True, on_run: Callable[[EvalRun], None] | None = None) -> list[EvalRun]:
+    """Every pack ``runs`` times; run k uses seed ``seed + k``. Returns the runs in order."""
+    results: list[EvalRun] = []
+    passed = 0
+    with _progress(len(packs) * runs, progress) as bar:
+        for pack in packs:
+            for k in range(runs):
+                run_budgets = budgets.model_copy(update={"seed": seed + k})
+                record = run_one(pack, policy_for(pack, k), run_budgets, k,
+                                 artifact_root / pack.name / f"run-{k}", mode=mode)
+                results.append(record)
+                passed += bool(record.task_success)
+                bar.set_postfix_str(f"{pack.name} {'PASS' if record.task_success else 'FAIL'} · {passed}/{len(results)}")
+                bar.update(1)
+                if on_run is not None:
+                    on_run(record)
+    return results
