@@ -149,6 +149,19 @@ class AnswerGuide(BaseModel):
     hints: list[str] = Field(default_factory=list, max_length=8)
 
 
+class McpServerSpec(BaseModel):
+    """An MCP server a pack needs (R-MCP): started over stdio by the runtime, never named by an HTTP
+    request. ``command`` runs with ``args`` in the pack's folder; only ``env`` (and a small allowlist
+    of the runner's own variables, see ``tools/mcp.py``) reaches its environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_\-]{0,31}$", description="Prefix of its tools: name.tool.")
+    command: str = Field(min_length=1, max_length=200)
+    args: list[str] = Field(default_factory=list, max_length=32)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 class TaskSpec(BaseModel):
     """``task.json`` of a task pack: everything task-specific, as data (R-PACK)."""
 
@@ -172,6 +185,8 @@ class TaskSpec(BaseModel):
     hints: dict[str, str] = Field(default_factory=dict, description="Per tool, a hint that replaces the tool's own.")
     summaries: dict[str, str] = Field(default_factory=dict,
                                       description="Per tool (or 'final'), the Decision Summary wording.")
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list, max_length=8,
+                                             description="MCP servers whose tools join the run's registry.")
 
     @property
     def tool_names(self) -> list[str]:

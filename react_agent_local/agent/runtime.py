@@ -37,7 +37,7 @@ from .metrics import RunRecord, compute_metrics
 from .model_policy import Generation, ModelRequest, ModelUnavailable, Policy
 from .packs import TaskPack, goal_language, item_key
 from .prompting import VISIBLE_OBSERVATIONS, Branch, PromptState, build_messages, guide_check_lines
-from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, registry_for
+from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError, registry_for
 from .trace import Trace, sha256_text
 
 PolicySource = Policy | Callable[[], Policy]
@@ -400,7 +400,7 @@ class Run:
         def work() -> None:
             try:
                 box["result"] = spec.execute(self.ctx, arguments, self.cancel)
-            except ToolError as exc:
+            except (ToolError, ToolTransportError) as exc:
                 box["error"] = exc
             except Exception as exc:  # noqa: BLE001 -- a tool bug is a non-retryable tool error
                 box["error"] = ToolError("tool_crashed", f"{tool} raised {type(exc).__name__}", retryable=False)
@@ -421,6 +421,11 @@ class Run:
             if time.monotonic() >= self.deadline:
                 raise ToolError("deadline_exceeded", "the run's deadline passed while the tool ran", retryable=False)
             raise ToolError("tool_timeout", f"{tool} did not finish within {spec.timeout_seconds:g} s", retryable=True)
+        if isinstance(box.get("error"), ToolTransportError):
+            # Not a result the model can recover from: the tool's runtime itself is broken.
+            info = ToolErrorInfo(code="tool_runtime", message=box["error"].message[:300])
+            self.trace.emit("tool.failed", "tool", self.step, tool=tool, error=info.model_dump())
+            raise _Stop("runtime_error", info)
         if "error" in box:
             raise box["error"]
         return box["result"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .base import ArgumentError, StrictArgs, Tool, ToolContext, ToolError, ToolRegistry, compact_schema
+from .base import (ArgumentError, StrictArgs, Tool, ToolContext, ToolError, ToolRegistry, ToolTransportError,
+                   compact_schema)
 
-__all__ = ["ArgumentError", "StrictArgs", "Tool", "ToolContext", "ToolError", "ToolRegistry", "catalog",
+__all__ = ["ArgumentError", "StrictArgs", "Tool", "ToolContext", "ToolError", "ToolRegistry", "ToolTransportError", "catalog",
            "compact_schema", "default_registry", "registry_for"]
 
 

@@ -12,6 +12,7 @@ Exceptions::
 
     ToolError          a tool ran and failed: code, message, retryable  -> failed Observation
     ArgumentError      arguments broke the contract (before any tool ran) -> rejected Observation
+    ToolTransportError the tool's runtime broke (server died/hung/bad protocol) -> run ends failed
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ class ToolError(Exception):
         self.code = code
         self.message = message
         self.retryable = retryable
+
+
+class ToolTransportError(Exception):
+    """The tool's runtime itself broke (an MCP server died, hung or broke the protocol): not a result
+    the model can recover from, so the run ends failed with a ``tool_runtime`` error (seed 001)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
 
 
 class ArgumentError(Exception):
