@@ -113,7 +113,8 @@ def redact(value: Any, _depth: int = 0) -> Any:
 
     What cannot be written as strict JSON is replaced by a marker, never dropped: NaN and infinite
     numbers become ``<non-finite number>``, lone surrogates U+FFFD, values nested deeper than
-    ``MAX_PUBLIC_DEPTH`` ``<nested too deeply>``, other objects their redacted ``str()``. So
+    ``MAX_PUBLIC_DEPTH`` ``<nested too deeply>``, other objects their redacted ``str()``; two keys
+    that redact alike are kept as ``<path>`` and ``<path>#2``. So
     ``json.dumps(redact(v), allow_nan=False)`` always succeeds and encodes as UTF-8.
     """
     if isinstance(value, str):
@@ -127,7 +128,15 @@ def redact(value: Any, _depth: int = 0) -> Any:
     if _depth >= MAX_PUBLIC_DEPTH and isinstance(value, (dict, list, tuple)):
         return TOO_DEEP_MARK
     if isinstance(value, dict):
-        return {redact(k if isinstance(k, str) else str(k), _depth + 1): redact(v, _depth + 1) for k, v in value.items()}
+        public: dict[str, Any] = {}
+        clashes: dict[str, int] = {}
+        for k, v in value.items():
+            key = redact(k if isinstance(k, str) else str(k), _depth + 1)
+            while key in public:  # two keys redacted alike ("<path>"): both values are kept
+                clashes[key] = clashes.get(key, 1) + 1
+                key = f"{key}#{clashes[key]}"
+            public[key] = redact(v, _depth + 1)
+        return public
     if isinstance(value, (list, tuple)):
         return [redact(v, _depth + 1) for v in value]
     return redact(str(value), _depth + 1)
