@@ -188,7 +188,7 @@ def check_every_view(client: Any, run_id: str, *private: str) -> list[dict[str, 
 # ---------------------------------------------------------------- properties
 
 
-@fuzz_settings(150)
+@fuzz_settings(100)
 @given(output=model_output(), where=st.sampled_from(PREFIXES))
 def test_parse_decision_raises_only_decision_errors(output, where):
     prefix, suffix = where
@@ -202,7 +202,7 @@ def test_parse_decision_raises_only_decision_errors(output, where):
     json.dumps(decision.model_dump(), allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
-@fuzz_settings(150)
+@fuzz_settings(100)
 @given(path=planted_path(), before=st.text(ANY_CHAR, max_size=30), after=st.text(ANY_CHAR, max_size=30),
        glue=st.sampled_from([" ", "\n", " at ", ": ", "=", "(", '"', " '"]))
 def test_redaction_removes_every_planted_path(path, before, after, glue):
@@ -210,13 +210,13 @@ def test_redaction_removes_every_planted_path(path, before, after, glue):
     assert SECRET not in redacted, (path, redacted)
 
 
-@fuzz_settings(100)
+@fuzz_settings(50)
 @given(expression=st.from_regex(r"\A[0-9 +\-*/().]{1,80}\Z"))
 def test_redaction_never_touches_arithmetic(expression):
     assert redact_text(expression) == expression
 
 
-@fuzz_settings(12)
+@fuzz_settings(10)
 @given(payloads=st.lists(json_values(20), min_size=1, max_size=4))
 def test_the_store_reads_back_whatever_events_carry(tmp_path_factory, payloads):
     """Events carrying anything (NaN, surrogates, huge ints, paths, odd keys) are stored strictly."""
@@ -246,7 +246,7 @@ def test_the_store_reads_back_whatever_events_carry(tmp_path_factory, payloads):
         store.close()
 
 
-@fuzz_settings(4)
+@fuzz_settings(3)
 @given(outputs=st.lists(model_output(), min_size=1, max_size=3))
 def test_hostile_model_output_end_to_end(tmp_path_factory, outputs):
     """parse -> real runtime -> trace -> HTTP view -> restart -> view, for hostile outputs then good ones."""
