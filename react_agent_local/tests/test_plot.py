@@ -159,3 +159,15 @@ def test_through_the_registry(tmp_path):
     result = tool.execute(ToolContext(knowledge_dir=tmp_path, artifact_dir=tmp_path / "run-1"), args, threading.Event())
     assert (tmp_path / "run-1" / f"{result['artifact']['id']}.png").is_file()
     assert tool.digest(result) == result["spec"]
+
+
+def test_a_swapped_artifact_folder_is_not_followed(tmp_path):
+    """The run's artifacts/ replaced by a link to another folder: the PNG is not written there."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "artifacts").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ToolError) as info:
+        render_bar_chart(PlotArgs(**BATCHES, title="T"), run / "artifacts")
+    assert info.value.code == "plot_render_failed" and list(outside.iterdir()) == []

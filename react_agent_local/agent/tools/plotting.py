@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import secrets
 import sys
 import textwrap
@@ -158,6 +159,30 @@ def _render_png(spec: dict[str, Any]) -> bytes:
             fig.clear()
 
 
+def _write_new_file(folder: Path, name: str, data: bytes) -> None:
+    """Create ``folder/name`` without following a link at ``folder`` or ``name`` (a run's artifacts/
+    swapped for a symlink mid-run must not send the PNG elsewhere)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    if os.open not in os.supports_dir_fd or not nofollow:  # Windows: check the folder, then write
+        if folder.is_symlink():
+            raise OSError("the artifact folder is a link")
+        with open(folder / name, "xb") as handle:
+            handle.write(data)
+        return
+    parent = os.open(folder.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        here = os.open(folder.name, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, 0o644, dir_fd=here)
+    finally:
+        os.close(here)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
 def render_bar_chart(args: PlotArgs, artifact_dir: Path) -> dict[str, Any]:
     """Draw the bar chart, store the PNG in ``artifact_dir`` and return spec + artifact metadata."""
     spec = normalized_spec(args)
@@ -165,10 +190,7 @@ def render_bar_chart(args: PlotArgs, artifact_dir: Path) -> dict[str, Any]:
         with _render_lock:
             png = _render_png(spec)
         artifact_id = "art-" + secrets.token_hex(8)
-        artifact_dir = Path(artifact_dir)
-        artifact_dir.mkdir(parents=True, exist_ok=True)
-        with open(artifact_dir / f"{artifact_id}.png", "xb") as handle:
-            handle.write(png)
+        _write_new_file(Path(artifact_dir), f"{artifact_id}.png", png)
     except ToolError:
         raise
     except Exception as exc:  # noqa: BLE001 - any renderer or disk failure is a tool failure
