@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .contracts import Budgets
-from .packs import PACKAGE_ROOT, PackError, load_pack
+from .contracts import Budgets, LocalModelSpec, Sampling
+from .packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError, load_pack
 
 MODEL_CACHE = Path(os.environ.get("REACT_AGENT_MODEL_DIR", Path.home() / ".cache" / "react-agent-local" / "models"))
 DEFAULT_MODEL_CANDIDATES = (
@@ -130,9 +130,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     try:
         budgets = Budgets(**{k: v for k, v in {
-            "max_steps": args.max_steps, "max_tool_calls": args.max_tool_calls, "max_seconds": args.max_seconds,
+            "max_steps": args.max_steps, "max_tool_calls": args.max_tool_calls,
+            "max_seconds": args.max_seconds}.items() if v is not None})
+        sampling = Sampling(**{k: v for k, v in {
             "temperature": args.temperature, "seed": args.seed, "top_p": args.top_p,
             "top_k": args.top_k}.items() if v is not None})
+        spec = LocalModelSpec(path=str(model), backend=args.backend, device=args.device, dtype=args.dtype)
     except ValidationError as exc:
         for problem in exc.errors():
             flag = "--" + "-".join(str(part) for part in problem["loc"]).replace("_", "-")
@@ -141,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def load():
         from .backends import load_policy
-        return load_policy(str(model), device=args.device, dtype=args.dtype, backend=args.backend)
+        return load_policy(spec.path, device=spec.device, dtype=spec.dtype, backend=spec.backend)
 
     run_id = "cli-" + secrets.token_hex(6)
     artifact_dir = Path(args.runs_dir) / run_id / "artifacts"
@@ -152,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if line:
                 print(line, flush=True)
 
-    outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode)
+    outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling)
     result = outcome.result
     if args.json:
         print(json.dumps({
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--top-p", type=float, default=None, help="nucleus mass when sampling (default 0.8)")
     run.add_argument("--top-k", type=int, default=None, help="candidates kept when sampling (default 20)")
-    run.add_argument("--runs-dir", default=str(PACKAGE_ROOT / ".runs"))
+    run.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the trace")
     run.set_defaults(func=cmd_run)
     schemas = sub.add_parser("schemas", help="check (default) or --write schemas/*.json from contracts.py")

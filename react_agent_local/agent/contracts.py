@@ -13,9 +13,10 @@ type tag. Unknown fields are rejected (``extra="forbid"``), so a model that adds
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 # --------------------------------------------------------------------------------------------
 # Decisions (R-DEC-1)
@@ -75,8 +76,31 @@ class Observation(BaseModel):
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass
+class Usage:
+    """Everything a run has counted so far, in one place (budgets check it, metrics read it)."""
+
+    steps: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    model_ms: float = 0.0
+    tool_ms: float = 0.0
+    action_attempts: int = 0  # actions proposed (valid or rejected)
+    valid_actions: int = 0
+    recoverable: int = 0  # model faults and retryable tool failures the run could recover from
+    recovered: int = 0
+    pending_recoverable: int = 0  # faults not yet followed by progress
+
+
 class Budgets(BaseModel):
-    """Every limit of one run; all enforced by the runtime, all part of the request."""
+    """Every limit of one run; all enforced by the runtime, all part of the request.
+
+    The ``check_*`` methods return the stop_reason a limit calls for, or None (pydantic-ai's
+    ``UsageLimits.check_before_request`` is the model); cancellation is the runtime's own check.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -89,12 +113,60 @@ class Budgets(BaseModel):
     repeated_action_limit: int = Field(default=3, ge=2, le=8, description="Same action or invalid arguments N times stops.")
     no_progress_limit: int = Field(default=3, ge=2, le=8, description="Same successful result N times stops.")
     decision_max_new_tokens: int = Field(default=256, ge=16, le=2048, description="Tokens per model call at most.")
+
+    def check_time_and_tokens(self, usage: Usage, *, now: float, deadline: float) -> str | None:
+        if now >= deadline:
+            return "timeout"
+        if usage.input_tokens >= self.max_input_tokens or usage.output_tokens >= self.max_output_tokens:
+            return "token_budget"
+        return None
+
+    def check_before_step(self, usage: Usage, *, now: float, deadline: float, needs_tool: bool) -> str | None:
+        """Before a step: time, tokens, steps, and tool calls when the step is known to need a tool."""
+        reason = self.check_time_and_tokens(usage, now=now, deadline=deadline)
+        if reason:
+            return reason
+        if usage.steps >= self.max_steps:
+            return "max_steps"
+        if needs_tool and usage.tool_calls >= self.max_tool_calls:
+            return "tool_budget"
+        return None
+
+    def check_before_dispatch(self, usage: Usage, *, now: float, deadline: float) -> str | None:
+        """Before each tool attempt (retries included)."""
+        reason = self.check_time_and_tokens(usage, now=now, deadline=deadline)
+        if reason:
+            return reason
+        return "tool_budget" if usage.tool_calls >= self.max_tool_calls else None
+
+    def new_tokens(self, usage: Usage) -> int:
+        """max_new_tokens of the next model call: tightened by the output tokens left."""
+        return max(1, min(self.decision_max_new_tokens, self.max_output_tokens - usage.output_tokens))
+
+    def remaining(self, usage: Usage, *, now: float, deadline: float) -> dict[str, Any]:
+        return {
+            "steps": self.max_steps - usage.steps,
+            "tool_calls": self.max_tool_calls - usage.tool_calls,
+            "seconds": max(0, round(deadline - now)),
+            "input_tokens": self.max_input_tokens - usage.input_tokens,
+            "output_tokens": self.max_output_tokens - usage.output_tokens,
+        }
+
+
+class Sampling(BaseModel):
+    """How each Decision is sampled (repairs are always greedy)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature (0 = greedy).")
-    seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampling seed, when sampling.")
     # Qwen2.5-Instruct's published generation_config.json samples with temperature 0.7, top_p 0.8,
     # top_k 20; the same nucleus is used here whenever temperature > 0 (it has no effect when greedy).
     top_p: float = Field(default=0.8, gt=0.0, le=1.0, description="Nucleus sampling mass, when sampling.")
     top_k: int = Field(default=20, ge=1, le=1000, description="Candidates kept before top_p, when sampling.")
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampling seed, when sampling.")
+
+
+SAMPLING_FIELDS = tuple(Sampling.model_fields)
 
 
 #: The page's recommended preset (SPEC R-RT-1).
@@ -157,9 +229,15 @@ class McpServerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_\-]{0,31}$", description="Prefix of its tools: name.tool.")
-    command: str = Field(min_length=1, max_length=200)
+    command: str = Field(min_length=1, max_length=200,
+                         description="The program; 'python' means the runner's own interpreter.")
     args: list[str] = Field(default_factory=list, max_length=32)
     env: dict[str, str] = Field(default_factory=dict)
+    timeout_seconds: float = Field(default=10.0, ge=1.0, le=600.0, description="Per call of one of its tools.")
+    covers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per tool (its name on the server), the result field naming the subgoal item a "
+                    "successful call covers, e.g. {\"lookup_fact\": \"fact\"} (see TaskSpec.subgoals).")
 
 
 class TaskSpec(BaseModel):
@@ -271,25 +349,81 @@ Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 _PACK_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
-class InspectRequest(BaseModel):
+class LocalModelSpec(BaseModel):
+    """A model on this machine, run in-process: a GGUF file (llama.cpp, or transformers) or a
+    safetensors directory (transformers). Served models (OpenAI-compatible, Anthropic) join
+    ``ModelSpec`` as further kinds."""
+
     model_config = ConfigDict(extra="forbid")
 
-    model_path: str = Field(min_length=1, max_length=4096)
+    kind: Literal["local"] = "local"
+    path: str = Field(min_length=1, max_length=4096, description="GGUF file or model directory.")
+    backend: Literal["auto", "llama_cpp", "transformers"] = "auto"
     device: Device = "auto"
     dtype: Dtype = "auto"
-    backend: Literal["auto", "llama_cpp", "transformers"] = "auto"
 
 
-class RunRequest(BaseModel):
+ModelSpec = LocalModelSpec
+_LEGACY_MODEL_FIELDS = {"model_path": "path", "backend": "backend", "device": "device", "dtype": "dtype"}
+
+
+def _legacy_model(data: Any) -> Any:
+    """The first round's flat fields (model_path, device, dtype, backend) become ``model``."""
+    if isinstance(data, dict) and "model" not in data and "model_path" in data:
+        data = dict(data)
+        data["model"] = {new: data.pop(old) for old, new in _LEGACY_MODEL_FIELDS.items() if old in data}
+    return data
+
+
+class _ModelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model_path: str = Field(min_length=1, max_length=4096)
-    device: Device = "auto"
-    dtype: Dtype = "auto"
-    backend: Literal["auto", "llama_cpp", "transformers"] = "auto"
+    model: ModelSpec
+
+    @property
+    def model_path(self) -> str:
+        return self.model.path
+
+
+class InspectRequest(_ModelRequest):
+    """``POST /models/inspect``: ``{"model": {...}}`` or the flat ``model_path``/``device``/``dtype``/``backend``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _legacy_model(data)
+
+
+class RunRequest(_ModelRequest):
+    """``POST /agent/runs``. Sampling settings are accepted inside ``budgets`` as before
+    (``temperature``, ``top_p``, ``top_k``, ``seed``) and top-level ``temperature``; they land in ``sampling``."""
+
     pack: str | None = Field(default=None, description="Name of a task pack known to the runner.")
     budgets: Budgets = Field(default_factory=Budgets)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    sampling: Sampling = Field(default_factory=Sampling)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        data = _legacy_model(data)
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        sampling = dict(data.get("sampling") or {}) if isinstance(data.get("sampling") or {}, dict) else data["sampling"]
+        budgets = data.get("budgets")
+        if isinstance(budgets, dict) and isinstance(sampling, dict):
+            budgets = dict(budgets)
+            for key in SAMPLING_FIELDS:
+                if key in budgets:
+                    sampling.setdefault(key, budgets.pop(key))
+            data["budgets"] = budgets
+        if "temperature" in data and isinstance(sampling, dict):
+            value = data.pop("temperature")
+            if value is not None:
+                sampling["temperature"] = value
+        if sampling:
+            data["sampling"] = sampling
+        return data
 
     @field_validator("pack")
     @classmethod

@@ -75,7 +75,7 @@ def _now() -> str:
 class Job:
     id: str
     created_at: str
-    request: dict[str, Any]  # public: pack, budgets, device, dtype, backend (no model path)
+    request: dict[str, Any]  # public: pack, budgets, sampling, model kind, device, dtype, backend (no model path)
     model: dict[str, Any]  # public: name, path_hash, test_policy
     status: str = "queued"
     stop_reason: str | None = None
@@ -276,15 +276,15 @@ class JobStore:
     # ---------------------------------------------------------------- public API (HTTP side)
 
     def submit(self, run_request: RunRequest, model: dict[str, Any]) -> dict[str, Any]:
-        budgets = run_request.budgets
-        if run_request.temperature is not None:
-            budgets = budgets.model_copy(update={"temperature": run_request.temperature})
+        spec = run_request.model
         public_request = {
             "pack": run_request.pack or "default",
-            "device": run_request.device,
-            "dtype": run_request.dtype,
-            "backend": run_request.backend,
-            "budgets": budgets.model_dump(),
+            "model_kind": spec.kind,
+            "device": spec.device,
+            "dtype": spec.dtype,
+            "backend": spec.backend,
+            "budgets": run_request.budgets.model_dump(),
+            "sampling": run_request.sampling.model_dump(),
         }
         with self._lock:
             if self._closed:
@@ -399,7 +399,8 @@ class JobStore:
             pack = load_pack(job.request["pack"])
             budgets = Budgets.model_validate(job.request["budgets"])
             policy = self._policy_factory(job.run_request)
-            outcome = self._run_fn(pack, policy, budgets, artifact_dir=self._job_dir(job.id) / "artifacts",
+            outcome = self._run_fn(pack, policy, budgets, sampling=job.run_request.sampling,
+                                   artifact_dir=self._job_dir(job.id) / "artifacts",
                                    cancel=job.cancel, sink=sink)
             result = outcome.result
             dump = lambda m: redact(m.model_dump(mode="json")) if m is not None else None  # noqa: E731

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .claims import compare, stated_comparisons
-from .contracts import FinalDecision, Metrics, Observation
+from .contracts import FinalDecision, Metrics, Observation, Usage
 from .packs import PackError
 
 if TYPE_CHECKING:
@@ -32,18 +32,13 @@ DEFAULT_PROTECTED = ("cancelled", "max_steps", "tool_budget", "token_budget", "t
 
 @dataclass
 class RunRecord:
-    """What the runtime counted during the run (filled by ``runtime.Run``)."""
+    """What a run leaves for grading (filled by ``runtime.Run``); its counters are in ``usage``."""
 
     observations: list[Observation] = field(default_factory=list)
     successes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # (obs id, tool, result)
-    action_attempts: int = 0
-    valid_actions: int = 0
-    recoverable: int = 0
-    recovered: int = 0
-    pending_recoverable: int = 0
     guard_fired: bool = False
     final_step: int | None = None
-    usage: Any = None
+    usage: Usage = field(default_factory=Usage)
     total_ms: float = 0.0
 
 
@@ -197,7 +192,7 @@ def compute_metrics(pack: "TaskPack", record: RunRecord, stop_reason: str, final
         task_success = all(checks.values()) if stop_reason == "completed" else False
         protected = tuple(expected.get("protected_stop_reasons") or DEFAULT_PROTECTED)
 
-    attempts = record.action_attempts
+    attempts = usage.action_attempts
     rate = (lambda n: round(n / attempts, 4)) if attempts else (lambda n: None)
     if stop_reason == "completed":
         termination = final is not None
@@ -205,9 +200,9 @@ def compute_metrics(pack: "TaskPack", record: RunRecord, stop_reason: str, final
         termination = stop_reason in protected
     return Metrics(
         task_success=task_success,
-        valid_action_rate=rate(record.valid_actions),
+        valid_action_rate=rate(usage.valid_actions),
         tool_argument_accuracy=rate(accurate_actions) if expected is not None else None,
-        recovery_rate=round(record.recovered / record.recoverable, 4) if record.recoverable else None,
+        recovery_rate=round(usage.recovered / usage.recoverable, 4) if usage.recoverable else None,
         loop_rate=rate(1 if record.guard_fired else 0),
         termination_correctness=termination,
         steps=usage.steps,

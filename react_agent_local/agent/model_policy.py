@@ -1,10 +1,16 @@
 """The seam between the runtime and a model: one request type, one result type, one method.
 
-The runtime builds a ``ModelRequest`` each step: chat messages, the JSON ``prefix`` it has already
-written into the assistant turn (type, tool or evidence_ids; R-DEC-3), the JSON schema of the
-single value the model must write next (``value_schema``) and the text that closes the object
-(``suffix``). A backend returns what the model wrote after the prefix, with token usage.
-Backends that support constrained decoding build a grammar from ``value_schema``.
+Each step the runtime asks its policy to ``propose`` one Decision candidate for a
+``DecisionRequest``: the branch (action for a named tool, final, or a free choice), the
+model-visible state, the run's tool registry, the token limit, sampling, deadline and cancel. A
+policy answers with a ``Candidate`` and its usage; the runtime parses and validates it, whatever
+the model said. ``close()`` releases what the policy holds.
+
+How a policy gets its candidate is its own business. In-process models (``ContinuationPolicy``)
+render the state as chat messages, write the runtime's JSON prefix into the assistant turn
+(type, tool or evidence_ids; R-DEC-3) and continue it under a grammar built from the value
+schema -- a ``ModelRequest`` to their ``generate``. A served model with native tool calling may
+instead return the Decision as structured data (``Candidate.decision``).
 
 Backends (one module each, heavy imports inside): ``backends/llama_cpp.py``,
 ``backends/transformers_backend.py``; ``backends/scripted.py`` is the test policy and is
@@ -59,6 +65,39 @@ class ModelRequest:
 
 
 @dataclass
+class DecisionRequest:
+    """What the runtime asks a policy for: one Decision candidate for this branch."""
+
+    branch: Any  # prompting.Branch
+    state: Any  # prompting.PromptState
+    tools: Any  # tools.ToolRegistry
+    max_new_tokens: int
+    sampling: Any  # contracts.Sampling
+    repair_error: str | None = None
+    deadline: float | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def purpose(self) -> Literal["decision", "repair"]:
+        return "decision" if self.repair_error is None else "repair"
+
+    def messages(self) -> list[dict[str, str]]:
+        from .prompting import build_messages
+
+        return build_messages(self.state, self.branch, self.tools, self.repair_error)
+
+    def continuation(self) -> "ModelRequest":
+        """The request as a prefix continuation: messages, the branch's prefix, its value schema."""
+        greedy = self.purpose == "repair"  # a repair should be the model's likeliest fix
+        return ModelRequest(
+            messages=self.messages(), prefix=self.branch.prefix, value_schema=self.branch.value_schema(self.tools),
+            suffix=self.branch.suffix, max_new_tokens=self.max_new_tokens,
+            temperature=0.0 if greedy else self.sampling.temperature, seed=self.sampling.seed,
+            top_p=self.sampling.top_p, top_k=self.sampling.top_k, deadline=self.deadline, cancel=self.cancel,
+            purpose=self.purpose)
+
+
+@dataclass
 class Generation:
     text: str  # what the model wrote after the prefix (never stored; only its SHA-256)
     input_tokens: int
@@ -67,6 +106,15 @@ class Generation:
     finish_reason: FinishReason = "stop"
     cached_tokens: int = 0  # prompt tokens reused from the KV cache (0 where unknown)
     prompt_eval_ms: float | None = None
+
+
+@dataclass
+class Candidate(Generation):
+    """A policy's answer: the continuation ``text`` after the branch's prefix, or a structured
+    ``decision`` (native tool calling); plus usage. Neither is trusted: the runtime validates it."""
+
+    decision: dict[str, Any] | None = None
+    protocol_repairs: int = 0  # malformed-but-recoverable replies the policy fixed up (counted)
 
 
 @dataclass(frozen=True)
@@ -96,6 +144,29 @@ class ModelDescription:
 class Policy(Protocol):
     description: ModelDescription
 
-    def generate(self, request: ModelRequest) -> Generation:
-        """Continue the assistant turn after ``request.prefix``; honour deadline and cancel."""
+    def propose(self, request: DecisionRequest) -> Candidate:
+        """One Decision candidate for the request's branch; honour its deadline and cancel."""
         ...
+
+    def close(self) -> None:
+        """Release the model (weights, connections); later calls fail with ModelUnavailable."""
+        ...
+
+
+class ContinuationPolicy:
+    """Base of in-process models: a candidate is the continuation of the runtime's JSON prefix,
+    constrained by the branch's value schema where the backend can (``generate``)."""
+
+    description: ModelDescription
+
+    def generate(self, request: ModelRequest) -> Generation:
+        raise NotImplementedError
+
+    def propose(self, request: DecisionRequest) -> Candidate:
+        gen = self.generate(request.continuation())
+        return Candidate(text=gen.text, input_tokens=gen.input_tokens, output_tokens=gen.output_tokens,
+                         latency_ms=gen.latency_ms, finish_reason=gen.finish_reason, cached_tokens=gen.cached_tokens,
+                         prompt_eval_ms=gen.prompt_eval_ms)
+
+    def close(self) -> None:
+        pass

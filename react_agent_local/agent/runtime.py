@@ -30,13 +30,15 @@ from .contracts import (
     FinalDecision,
     Observation,
     RunResult,
+    Sampling,
     ToolErrorInfo,
+    Usage,
 )
 from .decisions import DecisionError, parse_decision
 from .metrics import RunRecord, compute_metrics
-from .model_policy import Generation, ModelRequest, ModelUnavailable, Policy
+from .model_policy import Candidate, DecisionRequest, ModelUnavailable, Policy
 from .packs import TaskPack, goal_language, item_key
-from .prompting import VISIBLE_OBSERVATIONS, Branch, PromptState, build_messages, guide_check_lines
+from .prompting import VISIBLE_OBSERVATIONS, Branch, PromptState, guide_check_lines
 from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError, registry_for
 from .trace import Trace, sha256_text
 
@@ -55,17 +57,6 @@ class _Stop(Exception):
     def __init__(self, stop_reason: str, error: ToolErrorInfo | None = None):
         self.stop_reason = stop_reason
         self.error = error
-
-
-@dataclass
-class Usage:
-    steps: int = 0
-    model_calls: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    model_ms: float = 0.0
-    tool_ms: float = 0.0
 
 
 @dataclass
@@ -89,11 +80,12 @@ class Run:
 
     def __init__(self, pack: TaskPack, policy: PolicySource, budgets: Budgets, *, artifact_dir: Path,
                  cancel: threading.Event | None, sink: Callable[[dict[str, Any]], None] | None,
-                 tools: ToolRegistry | None, mode: str | None):
+                 tools: ToolRegistry | None, mode: str | None, sampling: Sampling | None = None):
         self.pack = pack
         self.policy_source = policy
         self.policy: Policy | None = None
         self.budgets = budgets
+        self.sampling = sampling or Sampling()
         self.tools = tools
         self.mode = mode or pack.task.mode
         self.language = goal_language(pack.task.goal)
@@ -104,7 +96,7 @@ class Run:
         self.deadline = self.started + budgets.max_seconds
         self.usage = Usage()
         self.guards = Guards()
-        self.record = RunRecord()
+        self.record = RunRecord(usage=self.usage)
         self.observations: list[Observation] = []
         self.feedback: list[str] = []
         self.step = 0
@@ -117,22 +109,24 @@ class Run:
         try:
             self._bind_tools()
             self.trace.emit("run.started", "run", task_id=self.pack.task.id, mode=self.mode,
-                            budgets=self.budgets.model_dump(), required_tools=list(self.pack.task.required_tools),
+                            budgets=self.budgets.model_dump(), sampling=self.sampling.model_dump(), required_tools=list(self.pack.task.required_tools),
                             tools=list(self.tools.names))
             self._load_policy()
             while True:
                 branch = self._branch()
-                self._check_budgets_before_step(branch)
+                self._check_cancel()
+                self._stop_if(self.budgets.check_before_step(self.usage, now=time.monotonic(), deadline=self.deadline,
+                                                             needs_tool=branch.kind == "action"))
                 self.step += 1
                 self.usage.steps += 1
-                self.trace.emit("budget", "run", self.step, remaining=self._budget_left())
+                self.trace.emit("budget", "run", self.step, remaining=self._remaining())
                 decision = self._decide(branch)                                   # generate, parse, repair
                 if isinstance(decision, FinalDecision):
                     if self._accept_final(decision, branch):                      # evidence gate + claims
                         final = decision
                         raise _Stop("completed")
                     continue
-                self.record.action_attempts += 1
+                self.usage.action_attempts += 1
                 arguments = self._validate(decision)                              # argument contract
                 if arguments is None:
                     continue
@@ -148,24 +142,46 @@ class Run:
         return self._finish(stop_reason, final, error)
 
     def _bind_tools(self) -> None:
-        """The run's registry: the one passed in, else the package's tools the pack names."""
+        """The run's registry: the one passed in, else the package's tools the pack names, composed
+        with the tools of the pack's MCP servers (started here, pinned, closed by ``_finish``)."""
         task = self.pack.task
+        self.mcp_tools = None
+        servers = {s.name for s in task.mcp_servers}
         if self.tools is None:
             try:
-                self.tools = registry_for(task.tool_names)
+                self.tools = registry_for(n for n in task.tool_names if n.partition(".")[0] not in servers or "." not in n)
             except KeyError as exc:
                 raise _Stop("runtime_error", ToolErrorInfo(
                     code="pack_invalid", message=f"pack '{self.pack.name}' names unknown tools: {exc.args[0]}")) from None
+        if task.mcp_servers:
+            from .tools.mcp import McpStartError, McpTools, ToolCollision, compose
+
+            try:
+                self.mcp_tools = McpTools.start(task.mcp_servers, cwd=self.pack.root, cancel=self.cancel,
+                                                timeout=max(0.0, min(30.0, self.deadline - time.monotonic())))
+                self.trace.emit("mcp.tools.pinned", "tool", servers=self.mcp_tools.describe(),
+                                skipped=self.mcp_tools.skipped)
+                composed = compose(self.tools, self.mcp_tools)
+            except ToolCollision as exc:
+                raise _Stop("runtime_error", ToolErrorInfo(code="tool_name_collision", message=str(exc)[:300])) from None
+            except McpStartError as exc:
+                if self.cancel.is_set():
+                    raise _Stop("cancelled") from None
+                raise _Stop("runtime_error", ToolErrorInfo(code="tool_runtime", message=str(exc)[:300])) from None
+            # MCP tools the pack does not name never reach a prompt.
+            self.tools = composed.subset(n for n in composed.names if n in self.tools or n in task.tool_names)
         missing = [t for t in task.tool_names if t not in self.tools]
         if missing:
+            offered = f" (its MCP servers offer: {', '.join(self.mcp_tools.registry.names) or 'nothing'})" \
+                if self.mcp_tools is not None else ""
             raise _Stop("runtime_error", ToolErrorInfo(
-                code="pack_invalid", message=f"pack '{self.pack.name}' needs tools the run does not have: "
-                                             + ", ".join(missing)))
+                code="pack_invalid", message=(f"pack '{self.pack.name}' needs tools the run does not have: "
+                                              + ", ".join(missing) + offered)[:300]))
 
     # -- model ------------------------------------------------------------------------------
 
     def _load_policy(self) -> None:
-        if not callable(self.policy_source) or hasattr(self.policy_source, "generate"):
+        if not callable(self.policy_source) or hasattr(self.policy_source, "propose"):
             self.policy = self.policy_source  # an already-loaded policy
             return
         self.trace.emit("model.load.started", "model")
@@ -178,50 +194,41 @@ class Run:
         self.trace.emit("model.load.completed", "model", model=self.policy.description.public(),
                         load_ms=round((time.perf_counter() - started) * 1000, 1))
 
-    def _generate(self, branch: Branch, attempt: int, repair_error: str | None) -> Generation:
-        purpose = "decision" if repair_error is None else "repair"
-        started_type, completed_type = (
-            ("model.started", "model.completed") if purpose == "decision"
-            else ("model.repair.started", "model.repair.completed"))
-        left = self.budgets.max_output_tokens - self.usage.output_tokens
-        request = ModelRequest(
-            messages=build_messages(self._prompt_state(branch), branch, self.tools, repair_error),
-            prefix=branch.prefix,
-            value_schema=branch.value_schema(self.tools),
-            suffix=branch.suffix,
-            max_new_tokens=max(1, min(self.budgets.decision_max_new_tokens, left)),
-            temperature=self.budgets.temperature if purpose == "decision" else 0.0,
-            seed=self.budgets.seed,
-            top_p=self.budgets.top_p,
-            top_k=self.budgets.top_k,
-            deadline=self.deadline,
-            cancel=self.cancel,
-            purpose=purpose,
-        )
+    def _generate(self, branch: Branch, attempt: int, repair_error: str | None) -> Candidate:
+        request = DecisionRequest(
+            branch=branch, state=self._prompt_state(branch), tools=self.tools,
+            max_new_tokens=self.budgets.new_tokens(self.usage), sampling=self.sampling,
+            repair_error=repair_error, deadline=self.deadline, cancel=self.cancel)
+        started_type, completed_type = (("model.started", "model.completed") if repair_error is None
+                                        else ("model.repair.started", "model.repair.completed"))
         self.trace.emit(started_type, "model", self.step, attempt, branch=branch.kind, tool=branch.tool,
                         max_new_tokens=request.max_new_tokens)
         try:
-            generation = self.policy.generate(request)
+            candidate = self.policy.propose(request)
         except ModelUnavailable as exc:
             self.trace.emit("model.failed", "model", self.step, attempt, code=exc.code, message=exc.message)
             raise _Stop("model_unavailable", ToolErrorInfo(code=exc.code, message=exc.message)) from None
         self.usage.model_calls += 1
-        self.usage.input_tokens += generation.input_tokens
-        self.usage.output_tokens += generation.output_tokens
-        self.usage.model_ms += generation.latency_ms
+        self.usage.input_tokens += candidate.input_tokens
+        self.usage.output_tokens += candidate.output_tokens
+        self.usage.cached_tokens += candidate.cached_tokens
+        self.usage.model_ms += candidate.latency_ms
+        self.usage.recoverable += candidate.protocol_repairs
+        self.usage.recovered += candidate.protocol_repairs
         self.trace.emit(completed_type, "model", self.step, attempt,
                         model=self.policy.description.public(),
-                        usage={"input_tokens": generation.input_tokens, "output_tokens": generation.output_tokens,
-                               "cached_tokens": generation.cached_tokens},
-                        latency_ms=round(generation.latency_ms, 3),
-                        output_sha256=sha256_text(generation.text), finish_reason=generation.finish_reason)
-        if generation.finish_reason == "cancelled" or self.cancel.is_set():
+                        usage={"input_tokens": candidate.input_tokens, "output_tokens": candidate.output_tokens,
+                               "cached_tokens": candidate.cached_tokens},
+                        latency_ms=round(candidate.latency_ms, 3),
+                        output_sha256=sha256_text(candidate.text if candidate.decision is None
+                                                  else canonical(candidate.decision)),
+                        finish_reason=candidate.finish_reason, protocol_repairs=candidate.protocol_repairs)
+        if candidate.finish_reason == "cancelled" or self.cancel.is_set():
             raise _Stop("cancelled")
-        if generation.finish_reason == "deadline" or time.monotonic() >= self.deadline:
+        if candidate.finish_reason == "deadline":
             raise _Stop("timeout")
-        if self._token_budget_spent():
-            raise _Stop("token_budget")
-        return generation
+        self._stop_if(self.budgets.check_time_and_tokens(self.usage, now=time.monotonic(), deadline=self.deadline))
+        return candidate
 
     def _decide(self, branch: Branch) -> ActionDecision | FinalDecision:
         """Generate one Decision, repairing it in the same step up to ``max_retries`` times."""
@@ -235,11 +242,11 @@ class Run:
             except DecisionError as error:
                 self.trace.emit("decision.invalid", "decision", self.step, attempt, **error.public())
                 if last is None:
-                    self.record.recoverable += 1
+                    self.usage.recoverable += 1
                 last = error
                 continue
             if attempt:
-                self.record.recovered += 1
+                self.usage.recovered += 1
                 self.trace.emit("decision.repaired", "decision", self.step, attempt, decision=decision.model_dump(),
                                 decision_summary=self._summary(branch, decision), repairs=attempt)
             else:
@@ -248,12 +255,15 @@ class Run:
             return decision
         raise _Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
 
-    def _parse(self, branch: Branch, generation: Generation) -> ActionDecision | FinalDecision:
+    def _parse(self, branch: Branch, candidate: Candidate) -> ActionDecision | FinalDecision:
         # A generation cut off at its token limit is never a Decision, even where the cut happens
         # to leave valid JSON (seed 002: finish_reason "length" is truncation, never a Final).
-        if generation.finish_reason == "length":
+        if candidate.finish_reason == "length":
             raise DecisionError("truncated", "the output was cut off at the token limit; write a shorter Decision")
-        return parse_decision(branch.prefix, generation.text, branch.suffix, tool_names=self.tools.names)
+        if candidate.decision is not None:  # structured (native tool calling): validated like text
+            return parse_decision("", json.dumps(candidate.decision, ensure_ascii=False), "",
+                                  tool_names=self.tools.names)
+        return parse_decision(branch.prefix, candidate.text, branch.suffix, tool_names=self.tools.names)
 
     # -- final ------------------------------------------------------------------------------
 
@@ -284,8 +294,8 @@ class Run:
             self._mark_progress()
             self.record.final_step = self.step
             return True
-        self.record.recoverable += 1
-        self.record.pending_recoverable += 1
+        self.usage.recoverable += 1
+        self.usage.pending_recoverable += 1
         self.feedback.append(message[:600])
         if problems:
             self.guards.premature_finals += 1
@@ -327,7 +337,7 @@ class Run:
         except ArgumentError as error:
             self._reject(decision, error)
             return None
-        self.record.valid_actions += 1
+        self.usage.valid_actions += 1
         self._mark_progress()
         return arguments
 
@@ -352,8 +362,8 @@ class Run:
                         bad_fields=error.bad_fields, missing_fields=error.missing,
                         unexpected_fields=error.unexpected,
                         state_delta={"observation_count": len(self.observations)})
-        self.record.recoverable += 1
-        self.record.pending_recoverable += 1
+        self.usage.recoverable += 1
+        self.usage.pending_recoverable += 1
         signature = canonical({"tool": decision.tool, "arguments": decision.arguments})
         self.guards.invalid_arguments[signature] += 1
         if self.guards.invalid_arguments[signature] >= self.budgets.repeated_action_limit:
@@ -364,7 +374,8 @@ class Run:
         """Run the tool; replay the same action on retryable errors (R-RT-5). Returns (result, error)."""
         pending_retries = 0
         for attempt in range(1, self.budgets.max_retries + 2):
-            self._check_before_dispatch()
+            self._check_cancel()
+            self._stop_if(self.budgets.check_before_dispatch(self.usage, now=time.monotonic(), deadline=self.deadline))
             self.usage.tool_calls += 1
             self.trace.emit("tool.started", "tool", self.step, attempt, tool=tool, arguments=normalized)
             try:
@@ -380,10 +391,10 @@ class Run:
                                 tool=tool, error=info.model_dump())
                 if not can_retry:
                     return None, info
-                self.record.recoverable += 1
+                self.usage.recoverable += 1
                 pending_retries += 1
                 continue
-            self.record.recovered += pending_retries
+            self.usage.recovered += pending_retries
             return result, None
         raise AssertionError("unreachable: the last attempt never retries")
 
@@ -466,41 +477,23 @@ class Run:
 
     def _mark_progress(self) -> None:
         """A valid action or an accepted Final recovers the pending model faults before it."""
-        self.record.recovered += self.record.pending_recoverable
-        self.record.pending_recoverable = 0
+        self.usage.recovered += self.usage.pending_recoverable
+        self.usage.pending_recoverable = 0
 
-    def _token_budget_spent(self) -> bool:
-        return (self.usage.input_tokens >= self.budgets.max_input_tokens
-                or self.usage.output_tokens >= self.budgets.max_output_tokens)
+    def _stop_if(self, stop_reason: str | None) -> None:
+        if stop_reason is not None:
+            raise _Stop(stop_reason)
 
-    def _check_time_and_tokens(self) -> None:
+    def _check_cancel(self) -> None:
         if self.cancel.is_set():
             raise _Stop("cancelled")
-        if time.monotonic() >= self.deadline:
-            raise _Stop("timeout")
-        if self._token_budget_spent():
-            raise _Stop("token_budget")
 
-    def _check_budgets_before_step(self, branch: Branch) -> None:
-        self._check_time_and_tokens()
-        if self.usage.steps >= self.budgets.max_steps:
-            raise _Stop("max_steps")
-        if branch.kind == "action" and self.usage.tool_calls >= self.budgets.max_tool_calls:
-            raise _Stop("tool_budget")  # guided mode knows the next step needs a tool
+    def _check_time_and_tokens(self) -> None:
+        self._check_cancel()
+        self._stop_if(self.budgets.check_time_and_tokens(self.usage, now=time.monotonic(), deadline=self.deadline))
 
-    def _check_before_dispatch(self) -> None:
-        self._check_time_and_tokens()
-        if self.usage.tool_calls >= self.budgets.max_tool_calls:
-            raise _Stop("tool_budget")
-
-    def _budget_left(self) -> dict[str, Any]:
-        return {
-            "steps": self.budgets.max_steps - self.usage.steps,
-            "tool_calls": self.budgets.max_tool_calls - self.usage.tool_calls,
-            "seconds": max(0, round(self.deadline - time.monotonic())),
-            "input_tokens": self.budgets.max_input_tokens - self.usage.input_tokens,
-            "output_tokens": self.budgets.max_output_tokens - self.usage.output_tokens,
-        }
+    def _remaining(self) -> dict[str, Any]:
+        return self.budgets.remaining(self.usage, now=time.monotonic(), deadline=self.deadline)
 
     # -- branch -----------------------------------------------------------------------------
 
@@ -582,7 +575,7 @@ class Run:
         guide = self._guide() if branch.kind != "action" else None
         return PromptState(
             goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
-            budget_left=self._budget_left(), tool_hints=self.pack.task.hints,
+            budget_left=self._remaining(), tool_hints=self.pack.task.hints,
             final_hints=list(guide.hints) if guide else [],
             check_lines=guide_check_lines(guide, [(c.label, c.left, c.op, c.right)
                                                   for c in self._resolved_checks(guide)]) if guide else [])
@@ -590,6 +583,8 @@ class Run:
     # -- end --------------------------------------------------------------------------------
 
     def _finish(self, stop_reason: str, final: FinalDecision | None, error: ToolErrorInfo | None) -> RunOutcome:
+        if getattr(self, "mcp_tools", None) is not None:  # MCP servers never outlive their run
+            self.trace.emit("mcp.servers.stopped", "tool", self.step, servers=self.mcp_tools.close())
         status = TERMINAL_STATUS[stop_reason]
         metrics = None
         if stop_reason not in ("model_unavailable", "runtime_error"):
@@ -607,8 +602,9 @@ class Run:
 
 def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = None, *, artifact_dir: Path,
               cancel: threading.Event | None = None, sink: Callable[[dict[str, Any]], None] | None = None,
-              tools: ToolRegistry | None = None, mode: str | None = None) -> RunOutcome:
+              tools: ToolRegistry | None = None, mode: str | None = None,
+              sampling: Sampling | None = None) -> RunOutcome:
     """Run one task to a terminal state. ``policy`` may be a loaded Policy or a loader callable."""
     run = Run(pack, policy, budgets or Budgets(), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
-              tools=tools, mode=mode)
+              tools=tools, mode=mode, sampling=sampling)
     return run.execute()

@@ -38,10 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
-from .contracts import RECOMMENDED_BUDGETS, Budgets, InspectRequest, RunRequest
+from .contracts import RECOMMENDED_BUDGETS, Budgets, InspectRequest, RunRequest, Sampling
 from .job_store import JobAlreadyFinished, JobNotFound, JobStore, PolicyFactory, QueueFull, RunFunction
 from .model_policy import ModelUnavailable
-from .packs import PACKAGE_ROOT, PackError, available_packs, load_pack
+from .packs import DEFAULT_RUNS_DIR, PackError, available_packs, load_pack
 from .schemas import decision_schema
 from .tools import ArgumentError, ToolRegistry, catalog
 from .trace import path_hash, redact
@@ -78,7 +78,8 @@ def default_policy_factory(request: RunRequest) -> Callable[[], Any]:
             from .backends import load_policy
         except ImportError as exc:
             raise ModelUnavailable(f"model backends cannot be imported ({type(exc).__name__})") from None
-        return load_policy(request.model_path, request.device, request.dtype, request.backend)
+        spec = request.model
+        return load_policy(spec.path, spec.device, spec.dtype, spec.backend)
 
     return load
 
@@ -94,7 +95,7 @@ class RunnerSettings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     allow_origins: tuple[str, ...] = DEFAULT_ORIGINS
-    runs_dir: Path = PACKAGE_ROOT / ".runs"
+    runs_dir: Path = DEFAULT_RUNS_DIR
     max_runs: int = 200
     max_run_bytes: int = 500 * 1024 * 1024
     max_queued: int = 100
@@ -356,6 +357,12 @@ def _loaded_models() -> list[dict[str, Any]]:
         return []
 
 
+def _budget_form_schema() -> dict[str, Any]:
+    schema = Budgets.model_json_schema()
+    sampling = Sampling.model_json_schema()
+    return {**schema, "properties": {**schema["properties"], **sampling["properties"]}}
+
+
 def pack_list() -> list[dict[str, Any]]:
     packs = []
     for name in available_packs():
@@ -372,8 +379,14 @@ def pack_list() -> list[dict[str, Any]]:
 def _public_model(request: RunRequest, test_policy: bool) -> dict[str, Any]:
     if test_policy:
         return {"name": TEST_POLICY_NAME, "path_hash": path_hash(request.model_path), "test_policy": True}
-    name = redact(os.path.basename(request.model_path.rstrip("/\\")) or "model")
-    return {"name": name[:120], "path_hash": path_hash(request.model_path), "test_policy": False}
+    try:  # the same name and hash that model.load.completed will show (the resolved model file)
+        from .backends import locate_model
+
+        loc = locate_model(request.model_path)
+        return {"name": loc.name[:120], "path_hash": loc.path_hash, "test_policy": False}
+    except (ImportError, ModelUnavailable):
+        name = redact(os.path.basename(request.model_path.rstrip("/\\")) or "model")
+        return {"name": name[:120], "path_hash": path_hash(request.model_path), "test_policy": False}
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,7 +466,10 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             # The same generator as the committed schemas/*.json (agent/schemas.py).
             "decision": decision_schema(),
             "tools": tools.describe(),
-            "budgets": Budgets.model_json_schema(),
+            # The page's budget form holds the limits and the sampling settings (RunRequest accepts
+            # both inside "budgets"); "sampling" is the Sampling object on its own.
+            "budgets": _budget_form_schema(),
+            "sampling": Sampling.model_json_schema(),
             "recommended_budgets": {k: getattr(RECOMMENDED_BUDGETS, k) for k in (
                 "max_steps", "max_tool_calls", "max_seconds", "max_input_tokens", "max_output_tokens")},
             "packs": pack_list(),
@@ -487,7 +503,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         except ImportError as exc:
             raise ApiError(400, "model_unavailable", f"model backends cannot be imported ({type(exc).__name__})")
         try:
-            report = inspect(body.model_path, body.device, body.dtype, body.backend)
+            report = inspect(body.model.path, body.model.device, body.model.dtype, body.model.backend)
         except ModelUnavailable as exc:
             # One stable code for the page; the backend's finer reason (not_a_model, ...) rides along.
             raise ApiError(400, "model_unavailable", redact(exc.message), reason=exc.code) from None
@@ -599,7 +615,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--allow-origin", action="append", dest="allow_origins", metavar="ORIGIN",
                         help=f"exact Origin allowed to call the runner (repeatable; default {', '.join(DEFAULT_ORIGINS)})")
-    parser.add_argument("--runs-dir", type=Path, default=PACKAGE_ROOT / ".runs")
+    parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR)
     parser.add_argument("--max-runs", type=int, default=200, help="finished runs kept on disk (oldest deleted)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--access-log", action="store_true", help="log every request")

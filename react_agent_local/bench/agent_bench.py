@@ -28,7 +28,7 @@ from typing import Any
 
 
 from agent.backends import load_policy, unload_all  # noqa: E402
-from agent.contracts import Budgets  # noqa: E402
+from agent.contracts import Budgets, Sampling  # noqa: E402
 from agent.model_policy import ModelRequest  # noqa: E402
 from agent.packs import load_pack  # noqa: E402
 from agent.runtime import run_agent  # noqa: E402
@@ -66,10 +66,11 @@ def measure_rates(policy: Any) -> dict[str, float]:
 def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | None, max_seconds: float,
             sampling: dict[str, Any] | None = None, mode: str | None = None) -> dict[str, Any]:
     pack = load_pack(pack_name)
-    budgets = Budgets(temperature=temperature, seed=seed, max_seconds=max_seconds, **(sampling or {}))
+    budgets = Budgets(max_seconds=max_seconds)
+    settings = Sampling(temperature=temperature, seed=seed, **(sampling or {}))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        outcome = run_agent(pack, policy, budgets, artifact_dir=Path(tmp), mode=mode)
+        outcome = run_agent(pack, policy, budgets, artifact_dir=Path(tmp), mode=mode, sampling=settings)
     wall = time.perf_counter() - started
     m = outcome.result.metrics
     calls = [e for e in outcome.events if e["type"] in ("model.completed", "model.repair.completed")]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.backends.scripted import ScriptedPolicy
-from agent.contracts import Budgets
+from agent.contracts import Budgets, Sampling
 from agent.tools.knowledge import search_knowledge
 from agent.packs import TaskPack, load_pack
 from agent.runtime import RunOutcome, run_agent
@@ -39,11 +39,11 @@ def chain_outputs(pack: TaskPack, answer: str | None = None) -> list[str]:
 
 
 def run_scripted(outputs: list[Any], tmp_path: Path, *, pack: TaskPack | None = None, budgets: Budgets | None = None,
-                 tools: ToolRegistry | None = None, mode: str | None = None,
+                 tools: ToolRegistry | None = None, mode: str | None = None, sampling: Sampling | None = None,
                  cancel: threading.Event | None = None, complete: bool = True) -> tuple[RunOutcome, ScriptedPolicy]:
     policy = ScriptedPolicy(outputs)
     outcome = run_agent(pack or load_pack(None), policy, budgets or Budgets(), artifact_dir=tmp_path / "artifacts",
-                        tools=tools, mode=mode, cancel=cancel)
+                        tools=tools, mode=mode, cancel=cancel, sampling=sampling)
     finished = [e for e in outcome.events if e["type"] == "run.finished"]
     assert len(finished) == 1 and outcome.events[-1]["type"] == "run.finished"
     seqs = [e["seq"] for e in outcome.events]

@@ -14,7 +14,7 @@ import pytest
 
 from agent.backends.scripted import ScriptedPolicy
 from agent.cli import main
-from agent.contracts import Budgets, FinalDecision, Observation, RunResult
+from agent.contracts import Budgets, FinalDecision, Observation, RunResult, Sampling
 from agent.evaluation.generator import CASES, OPTIONS, draw_specs, fmt, generate_packs
 from agent.evaluation.grading import grade_run
 from agent.evaluation.report import (
@@ -241,7 +241,7 @@ def test_eval_loop_end_to_end_with_the_scripted_policy(tmp_path):
             return ScriptedPolicy([])  # the run ends runtime_error without metrics
         return computed_policy(pack)
 
-    runs = run_suite(packs, policy_for, Budgets(temperature=0.7), runs=2, seed=40, artifact_root=tmp_path / "art",
+    runs = run_suite(packs, policy_for, Budgets(), sampling=Sampling(temperature=0.7), runs=2, seed=40, artifact_root=tmp_path / "art",
                      progress=False)
     assert [(r.pack, r.run, r.seed) for r in runs] == [(p.name, k, 40 + k) for p in packs for k in range(2)]
     assert [bool(r.task_success) for r in runs] == [True, True, True, False, True, False]

@@ -4,7 +4,6 @@ Each ``records/NAME.md`` has a sibling ``NAME.expected.json``: the expected outp
 ``{"error": "substring of the RecordError message"}``.
 """
 
-import hashlib
 import json
 from pathlib import Path
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.backends.scripted import ScriptedPolicy, Slow
-from agent.contracts import Budgets
+from agent.contracts import Budgets, Sampling
 from agent.model_policy import ModelUnavailable
 from agent.packs import PACKAGE_ROOT, load_pack
 from agent.runtime import run_agent
@@ -285,8 +285,8 @@ def test_output_budget_tightens_max_new_tokens(tmp_path):
 
 
 def test_sampling_settings_reach_every_decision_call_and_repairs_stay_greedy(tmp_path):
-    budgets = Budgets(temperature=0.7, seed=11, top_p=0.6, top_k=7)
-    outcome, policy = run_scripted(["not json", *chain()], tmp_path, budgets=budgets)
+    sampling = Sampling(temperature=0.7, seed=11, top_p=0.6, top_k=7)
+    outcome, policy = run_scripted(["not json", *chain()], tmp_path, sampling=sampling)
     assert outcome.result.status == "completed"
     decisions = [r for r in policy.requests if r.purpose == "decision"]
     assert len(decisions) == 4 and policy.requests[1].purpose == "repair"
@@ -297,7 +297,7 @@ def test_sampling_settings_reach_every_decision_call_and_repairs_stay_greedy(tmp
 @pytest.mark.parametrize("bad", [{"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}])
 def test_sampling_settings_are_validated(bad):
     with pytest.raises(ValueError):
-        Budgets(**bad)
+        Sampling(**bad)
 
 
 def test_free_mode_schema_types_every_choice_and_cites_only_existing_observations(tmp_path):
@@ -505,7 +505,7 @@ def test_policy_crash_is_a_runtime_error_with_run_finished(tmp_path):
     class Broken:
         description = ScriptedPolicy([]).description
 
-        def generate(self, request):
+        def propose(self, request):
             raise RuntimeError("boom")
 
     outcome = run_agent(DEFAULT, Broken(), Budgets(), artifact_dir=tmp_path)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from agent.contracts import Budgets, RunResult, ToolErrorInfo
+from agent.contracts import Budgets, RunResult, Sampling, ToolErrorInfo
 from agent.tools import catalog
 
 TOOL_ARGUMENTS = {tool.name: tool.args_model for tool in catalog()}
@@ -24,6 +24,7 @@ from server_support import (
     assert_complete_trace,
     make_client,
     slow_script,
+    require_e2e_model,
     wait_for,
     wait_terminal,
 )
@@ -82,7 +83,10 @@ def test_schema_is_generated_from_contracts(client):
     for name, tool in tools.items():
         assert tool["arguments_schema"] == json.loads(json.dumps(TOOL_ARGUMENTS[name].model_json_schema()))
         assert tool["timeout_seconds"] > 0
-    assert body["budgets"] == json.loads(json.dumps(Budgets.model_json_schema()))
+    # The page's budget form: the limits plus the sampling settings a run request accepts in "budgets".
+    limits, sampling = Budgets.model_json_schema()["properties"], Sampling.model_json_schema()["properties"]
+    assert body["budgets"]["properties"] == json.loads(json.dumps({**limits, **sampling}))
+    assert body["sampling"] == json.loads(json.dumps(Sampling.model_json_schema()))
     assert body["recommended_budgets"] == {"max_steps": 12, "max_tool_calls": 10, "max_seconds": 300.0,
                                            "max_input_tokens": 32000, "max_output_tokens": 4000}
     packs = {p["name"]: p for p in body["packs"]}
@@ -120,6 +124,7 @@ def test_run_completes_with_incremental_events(client, tmp_path):
     assert job["request"]["budgets"]["max_steps"] == 8
 
     seen, after = [], 0
+    deadline = time.monotonic() + 30
     while True:  # poll like the page: after_seq = last seen seq
         view = client.get(f"/agent/runs/{job['id']}", params={"after_seq": after}).json()
         assert all(e["seq"] > after for e in view["events"])
@@ -127,6 +132,8 @@ def test_run_completes_with_incremental_events(client, tmp_path):
         after = view["last_seq"]
         if view["terminal"] and not view["events"]:
             break
+        assert time.monotonic() < deadline, f"{job['id']} did not finish: {view['status']}"
+        time.sleep(0.02)
     assert_complete_trace(seen)
     assert view["status"] == "completed" and view["stop_reason"] == "completed"
     assert view["final"]["evidence_ids"] and view["metrics"]["task_success"] is True
@@ -381,7 +388,20 @@ def test_retention_deletes_oldest_finished_runs(tmp_path):
 
 def test_unload_when_idle(client):
     r = client.post("/models/unload", json={})
-    assert r.status_code == 200 and isinstance(r.json(), dict)
+    assert r.status_code == 200 and r.json() == {"unloaded": [], "count": 0}
+
+
+@pytest.mark.slow
+def test_unload_frees_the_resident_model(client):
+    from agent.backends import load_policy, loaded_models
+
+    model = require_e2e_model()
+    load_policy(str(model))
+    assert [m["name"] for m in client.get("/status").json()["models"]] == [model.name]
+    r = client.post("/models/unload", json={})
+    assert r.status_code == 200 and r.json()["count"] == 1
+    assert [m["name"] for m in r.json()["unloaded"]] == [model.name] and str(model.parent) not in r.text
+    assert client.get("/status").json()["models"] == [] and loaded_models() == []
 
 
 def test_inspect_refuses_a_directory_of_junk(client, tmp_path):
@@ -392,26 +412,47 @@ def test_inspect_refuses_a_directory_of_junk(client, tmp_path):
     r = client.post("/models/inspect", json={"model_path": str(junk)})
     body = r.json()
     assert r.status_code == 400 and str(tmp_path) not in r.text
-    assert body["error"]["code"] == "model_unavailable" and body["error"]["message"]
-    if "report" in body["error"]:  # the backend's structured report rides along for the page
-        assert body["error"]["report"]["ok"] is False
+    error = body["error"]
+    assert error["code"] == "model_unavailable" and error["reason"] == "weights_unreadable"
+    assert "config.json is missing or unreadable" in error["message"] and "no tokenizer" in error["message"]
+    # the backend's structured report rides along for the page
+    report = error["report"]
+    assert report["ok"] is False and report["name"] == "junk-model" and report["weights"] == {"readable": False}
+    assert report["tokenizer"] == {"present": False, "chat_template": False}
 
 
-def test_inspect_reports_a_usable_model(client, monkeypatch):
-    import agent.backends
+def test_inspect_reports_a_usable_model(client, tmp_path):
+    """A header-only GGUF written with the gguf package: the real inspection, no weights loaded."""
+    import gguf
 
-    report = {"ok": True, "backend": "llama_cpp", "name": "qwen.gguf", "path_hash": "0" * 16, "problems": []}
-    monkeypatch.setattr(agent.backends, "inspect_model", lambda *a, **k: dict(report))
-    r = client.post("/models/inspect", json={"model_path": str(PACKAGE_ROOT / "task.json")})
-    assert r.status_code == 200 and r.json() == report
-
-
-@pytest.mark.skipif(not os.environ.get("REACT_AGENT_E2E_MODEL"), reason="REACT_AGENT_E2E_MODEL not set")
-def test_inspect_the_real_model(client):
-    path = os.environ["REACT_AGENT_E2E_MODEL"]
-    r = client.post("/models/inspect", json={"model_path": path})
+    path = tmp_path / "private-models" / "tiny.gguf"
+    path.parent.mkdir()
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_token_list(["a", "b", "c"])
+    writer.add_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    r = client.post("/models/inspect", json={"model_path": str(path)})
     assert r.status_code == 200, r.text
-    assert r.json()["ok"] is True and os.path.dirname(path) not in r.text
+    report = r.json()
+    assert report["ok"] is True and report["problems"] == []
+    assert (report["backend"], report["kind"], report["name"]) == ("llama_cpp", "gguf", "tiny.gguf")
+    assert report["config"]["architecture"] == "qwen2" and report["config"]["vocab_size"] == 3
+    assert report["tokenizer"] == {"present": True, "chat_template": True}
+    assert re.fullmatch(r"[0-9a-f]{16}", report["path_hash"])
+    assert str(tmp_path) not in r.text and "private-models" not in r.text
+
+
+@pytest.mark.slow
+def test_inspect_the_real_model(client):
+    model = require_e2e_model()
+    r = client.post("/models/inspect", json={"model_path": str(model)})
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["ok"] is True and report["name"] == model.name and report["config"]["architecture"] == "qwen2"
+    assert report["weights"]["readable"] and str(model.parent) not in r.text
 
 
 def test_run_result_error_is_redacted(tmp_path):

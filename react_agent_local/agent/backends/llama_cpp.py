@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..model_policy import Generation, ModelDescription, ModelRequest, ModelUnavailable
+from ..model_policy import ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
 from . import INSTALL_HINTS, ContextOverflow, ModelLocation, complete_json_end
 
 DEFAULT_N_CTX = 8192
@@ -197,7 +197,7 @@ def compile_check(vocab: Any, gbnf: str) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-class LlamaCppPolicy:
+class LlamaCppPolicy(ContinuationPolicy):
     """A GGUF model in llama.cpp behind the one-method Policy seam."""
 
     def __init__(self, loc: ModelLocation, device: str = "auto", dtype: str = "auto",

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from ..model_policy import Generation, ModelDescription, ModelRequest
+from ..model_policy import ContinuationPolicy, Generation, ModelDescription, ModelRequest
 
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -38,7 +38,7 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(ContinuationPolicy):
     def __init__(self, outputs: list[Step]):
         self.outputs = list(outputs)
         self.requests: list[ModelRequest] = []

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from ..model_policy import Generation, ModelDescription, ModelRequest, ModelUnavailable
+from ..model_policy import ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
 from . import INSTALL_HINTS, ContextOverflow, ModelLocation, complete_json_end
 
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -113,7 +113,7 @@ class _StopWhen:
                           device=input_ids.device)
 
 
-class TransformersPolicy:
+class TransformersPolicy(ContinuationPolicy):
     """A causal LM in transformers behind the one-method Policy seam."""
 
     def __init__(self, loc: ModelLocation, device: str = "auto", dtype: str = "auto", max_context: int | None = None):

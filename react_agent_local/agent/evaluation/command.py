@@ -60,16 +60,17 @@ def _display(path: Path) -> str:
 def main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from ..contracts import Budgets
+    from ..contracts import Budgets, Sampling
     from .suite import find_packs, parse_generated
 
     if args.runs < 1 or args.runs > 1000:
         return _refuse("--runs: must be between 1 and 1000")
     try:
-        budgets = Budgets(**{k: v for k, v in {
+        budgets = Budgets(**({"max_seconds": args.max_seconds} if args.max_seconds is not None else {}))
+        sampling = Sampling(**{k: v for k, v in {
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-            "max_seconds": args.max_seconds, "seed": args.seed}.items() if v is not None})
-        Budgets(seed=args.seed + args.runs - 1)  # the last run's seed must be valid too
+            "seed": args.seed}.items() if v is not None})
+        Sampling(seed=args.seed + args.runs - 1)  # the last run's seed must be valid too
     except ValidationError as exc:
         problem = exc.errors()[0]
         return _refuse(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}")
@@ -84,10 +85,10 @@ def main(args: argparse.Namespace) -> int:
     if model is None:
         return _refuse("no local model found; download one first (python download_model.py --preset "
                        "qwen2.5-coder-1.5b-gguf) or pass --model PATH")
-    return _evaluate(args, budgets, model, packs)
+    return _evaluate(args, budgets, sampling, model, packs)
 
 
-def _evaluate(args: argparse.Namespace, budgets: Any, model: Path, packs: list | None) -> int:
+def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, model: Path, packs: list | None) -> int:
     from ..backends import load_policy
     from ..model_policy import ModelUnavailable
     from .report import build_report, to_markdown, write_chart
@@ -112,7 +113,7 @@ def _evaluate(args: argparse.Namespace, budgets: Any, model: Path, packs: list |
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if on_main else None
     try:
         with (out / "runs.jsonl").open("w", encoding="utf-8") as log:
-            run_suite(packs, lambda pack, k: policy, budgets, runs=args.runs, seed=args.seed,
+            run_suite(packs, lambda pack, k: policy, budgets, sampling=sampling, runs=args.runs, seed=args.seed,
                       artifact_root=out / "artifacts", mode=args.mode, progress=not args.no_progress, on_run=record)
     except KeyboardInterrupt:
         interrupted = True
@@ -122,7 +123,7 @@ def _evaluate(args: argparse.Namespace, budgets: Any, model: Path, packs: list |
             signal.signal(signal.SIGTERM, previous)
     spec = args.packs if args.packs.startswith("generated:") else Path(args.packs).name or args.packs
     settings = {"packs": spec, "pack_count": len(packs), "runs": args.runs, "seed": args.seed,
-                "temperature": budgets.temperature, "top_p": budgets.top_p, "top_k": budgets.top_k,
+                "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                 "max_seconds": budgets.max_seconds, "mode": args.mode,
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                 "wall_seconds": round(time.time() - started, 1), "interrupted": interrupted}

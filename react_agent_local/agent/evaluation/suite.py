@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..contracts import Budgets
+from ..contracts import Budgets, Sampling
 from ..packs import PackError, TaskPack, load_pack
 from ..runtime import PolicySource, run_agent
 from .generator import generate_packs
@@ -107,16 +107,17 @@ def _progress(total: int, enabled: bool):
 
 
 def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, artifact_dir: Path,
-            mode: str | None = None) -> EvalRun:
+            mode: str | None = None, sampling: Sampling | None = None) -> EvalRun:
     expected = pack.load_expected()
+    sampling = sampling or Sampling()
     started = time.perf_counter()
-    outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode)
+    outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode, sampling=sampling)
     seconds = time.perf_counter() - started
     result = outcome.result
     metrics = result.metrics.model_dump() if result.metrics else {}
     checks = metrics.pop("checks", {}) or {}
     return EvalRun(
-        pack=pack.name, run=k, seed=budgets.seed if budgets.seed is not None else k, status=result.status,
+        pack=pack.name, run=k, seed=sampling.seed if sampling.seed is not None else k, status=result.status,
         stop_reason=result.stop_reason, task_success=metrics.get("task_success"), checks=checks, metrics=metrics,
         seconds=round(seconds, 3), independent_failures=grade_run(expected, result), case=verdict_case(expected),
         answer=result.final.answer if result.final else None,
@@ -124,7 +125,7 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
 
 
 def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], PolicySource], budgets: Budgets,
-              *, runs: int, seed: int, artifact_root: Path, mode: str | None = None,
+              *, runs: int, seed: int, artifact_root: Path, mode: str | None = None, sampling: Sampling | None = None,
               progress: bool = True, on_run: Callable[[EvalRun], None] | None = None) -> list[EvalRun]:
     """Every pack ``runs`` times; run k uses seed ``seed + k``. Returns the runs in order."""
     results: list[EvalRun] = []
@@ -132,9 +133,9 @@ def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], Polic
     with _progress(len(packs) * runs, progress) as bar:
         for pack in packs:
             for k in range(runs):
-                run_budgets = budgets.model_copy(update={"seed": seed + k})
-                record = run_one(pack, policy_for(pack, k), run_budgets, k,
-                                 artifact_root / pack.name / f"run-{k}", mode=mode)
+                run_sampling = (sampling or Sampling()).model_copy(update={"seed": seed + k})
+                record = run_one(pack, policy_for(pack, k), budgets, k,
+                                 artifact_root / pack.name / f"run-{k}", mode=mode, sampling=run_sampling)
                 results.append(record)
                 passed += bool(record.task_success)
                 bar.set_postfix_str(f"{pack.name} {'PASS' if record.task_success else 'FAIL'} · {passed}/{len(results)}")
