@@ -20,6 +20,7 @@ Any failure while rendering or writing becomes ``ToolError("plot_render_failed",
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -124,7 +125,7 @@ def _render_png(spec: dict[str, Any]) -> bytes:
     from matplotlib.figure import Figure
 
     safe_text = {"parse_math": False, "usetex": False}
-    with matplotlib.rc_context({"text.usetex": False, "text.parse_math": False}):
+    with matplotlib.rc_context({"text.usetex": False, "text.parse_math": False, "font.family": _font_families()}):
         fig = Figure(figsize=FIGURE_SIZE_IN, dpi=FIGURE_DPI, layout="constrained")
         try:
             FigureCanvasAgg(fig)
@@ -157,6 +158,17 @@ def _render_png(spec: dict[str, Any]) -> bytes:
             return buffer.getvalue()
         finally:
             fig.clear()
+
+
+@functools.lru_cache(maxsize=1)
+def _font_families() -> list[str]:
+    """DejaVu Sans, then an installed CJK font as fallback, so Chinese labels are drawn, not boxes."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    cjk = [name for name in ("Noto Sans CJK SC", "Noto Serif CJK SC", "Noto Sans CJK JP", "WenQuanYi Zen Hei",
+                             "Source Han Sans SC", "Microsoft YaHei", "PingFang SC") if name in installed]
+    return ["DejaVu Sans", *cjk[:1]]
 
 
 def _write_new_file(folder: Path, name: str, data: bytes) -> None:
