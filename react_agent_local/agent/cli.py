@@ -81,6 +81,9 @@ def format_event(e: dict[str, Any]) -> str | None:
         return head + f"observation {o['id']} ({'ok' if o['ok'] else 'FAILED'}): {_short(body)}"
     if t.startswith("guard."):
         return head + f"GUARD {t}: {_short({k: v for k, v in e.items() if k not in ('seq', 'type', 'step', 'attempt', 'phase', 'elapsed_ms')})}"
+    if t == "mcp.tools.pinned":
+        return "MCP tools pinned: " + ", ".join(f"{tool['name']} (sha256 {tool['sha256'][:12]})"
+                                                for server in e["servers"] for tool in server["tools"])
     if t == "run.finished":
         return f"run finished: {e['status']}/{e['stop_reason']}" + (f" ({e['error']['message']})" if e.get("error") else "")
     return None
@@ -119,7 +122,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         pack = load_pack(args.pack)
-    except PackError as exc:
+        if args.mcp:
+            from .tools.mcp import parse_server_option, with_servers
+            pack = with_servers(pack, [parse_server_option(option) for option in args.mcp])
+    except (PackError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     model = Path(args.model).expanduser() if args.model else default_model()
@@ -146,6 +152,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .backends import load_policy
         return load_policy(spec.path, device=spec.device, dtype=spec.dtype, backend=spec.backend)
 
+    tools = None
+    if args.tools is not None:
+        from .tools import registry_for
+
+        wanted = [t.strip() for t in args.tools.split(",") if t.strip()]
+        extra = [t for t in wanted if t not in pack.task.tool_names]
+        missing = [t for t in pack.task.required_tools if t not in wanted]
+        if extra or missing:
+            print(f"error: --tools: {'not tools of the pack: ' + ', '.join(extra) if extra else ''}"
+                  f"{'; ' if extra and missing else ''}{'the pack needs: ' + ', '.join(missing) if missing else ''}."
+                  " Nothing was run.", file=sys.stderr)
+            return 2
+        tools = registry_for(wanted)
+
     run_id = "cli-" + secrets.token_hex(6)
     artifact_dir = Path(args.runs_dir) / run_id / "artifacts"
 
@@ -155,7 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if line:
                 print(line, flush=True)
 
-    outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling)
+    outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
+                        tools=tools)
     result = outcome.result
     if args.json:
         print(json.dumps({
@@ -198,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run.add_argument("--mode", default=None, choices=["guided", "free"], help="override the pack's mode")
+    run.add_argument("--tools", default=None, help="comma-separated: narrow the pack's tools to these (never widen)")
     run.add_argument("--max-steps", type=int, default=None)
     run.add_argument("--max-tool-calls", type=int, default=None)
     run.add_argument("--max-seconds", type=float, default=None)
@@ -207,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--top-k", type=int, default=None, help="candidates kept when sampling (default 20)")
     run.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the trace")
+    run.add_argument("--mcp", action="append", default=[], metavar="NAME=COMMAND",
+                     help="an MCP server whose tools (NAME.tool) join the run; replaces the pack's server NAME")
     run.set_defaults(func=cmd_run)
     schemas = sub.add_parser("schemas", help="check (default) or --write schemas/*.json from contracts.py")
     schemas.add_argument("--write", action="store_true")
@@ -215,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = sub.add_parser("eval", help="run task packs x seeds with one resident model and write a report")
     evaluation.add_arguments(evaluate)
     evaluate.set_defaults(func=evaluation.main)
+    from . import mcp_server  # light: the MCP SDK is imported when the server starts
+    mcp = sub.add_parser("mcp", help="the package's tools as an MCP server")
+    serve = mcp.add_subparsers(dest="mcp_command", required=True).add_parser(
+        "serve", help="serve knowledge_search, calculator, plot and lookup_fact over stdio")
+    mcp_server.add_arguments(serve)
+    serve.set_defaults(func=mcp_server.main)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -401,6 +401,9 @@ class RunRequest(_ModelRequest):
     pack: str | None = Field(default=None, description="Name of a task pack known to the runner.")
     budgets: Budgets = Field(default_factory=Budgets)
     sampling: Sampling = Field(default_factory=Sampling)
+    tools: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None, max_length=32,
+        description="Narrow the pack's tools to these (never widen): others are unknown to the model.")
 
     @model_validator(mode="before")
     @classmethod

@@ -1,9 +1,9 @@
 """The runner's job store: a FIFO queue served by one worker thread, with persisted traces (R-API).
 
 Jobs run one at a time (one model in memory). Each job has its own cancel ``Event``. The runtime
-hands every event to the job's sink as it happens; the store appends it under a lock, so a poller
-using ``after_seq`` sees the run grow, and readers always get copies. What leaves the store is
-public: the model's name and path hash, never its path.
+hands every event to the job's sink as it happens; the store appends it to the job's in-memory log,
+so a poller using ``after_seq`` (or a stream following the job) sees the run grow, and readers
+always get copies. What leaves the store is public: the model's name and path hash, never its path.
 
 On disk, ``<runs_dir>/<run-id>/`` holds ``job.json`` (the request minus the model path, status and
 result), ``events.jsonl`` (appended as events arrive) and ``artifacts/`` (the plot PNGs). The store
@@ -15,11 +15,19 @@ runner reloads finished jobs; a job that was queued or running when the process 
 failed/runtime_error with its own ``run.finished``. Retention keeps the newest ``max_runs`` jobs and
 at most ``max_bytes`` on disk, deleting the oldest finished ones first.
 
-The HTTP side only ever takes the lock for a moment: it never waits on the model or a tool.
+Locks, and why reads are cheap: the store's ``_lock`` guards the job table, the queue and the
+running id; each job's ``lock`` guards that job's state and event log and is held only to append to
+or slice in-memory lists; its ``io_lock`` orders that job's disk writes. Order: store, io, job;
+no disk write happens under a job lock. So a read (``view``, ``view_json``, ``follow``) takes no
+store lock and one job's lock for microseconds: it never waits on the worker, the model, a tool,
+or any run's disk writes. Async readers (the SSE stream) are woken with ``call_soon_threadsafe``,
+so the worker never waits on them either.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import errno
 import json
 import logging
@@ -30,10 +38,11 @@ import secrets
 import shutil
 import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from .contracts import TERMINAL_STATUS, Budgets, RunRequest
 from .packs import load_pack
@@ -53,6 +62,8 @@ STOPPED_MESSAGE = "runner stopped before the run finished"
 RunFunction = Callable[..., Any]
 #: RunRequest -> Policy, or a zero-argument callable the runtime calls to load the model.
 PolicyFactory = Callable[[RunRequest], Any]
+#: (job id, public request) -> a callable fed every event the job records while it runs (telemetry).
+EventObserverFactory = Callable[[str, dict[str, Any]], Callable[[dict[str, Any]], None]]
 
 
 class JobNotFound(LookupError):
@@ -93,6 +104,16 @@ class Job:
     disk_bytes: int = 0
     cancel: threading.Event = field(default_factory=threading.Event)
     run_request: RunRequest | None = None  # in memory only, dropped when the job ends
+    # The event log beside ``events``: each event's seq, its stored JSON (no newline) and the
+    # wall-clock time it was recorded; appended under ``lock``, never mutated, trimmed together.
+    seqs: list[int] = field(default_factory=list)
+    lines: list[bytes] = field(default_factory=list)
+    recorded: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    io_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Async readers waiting for the next event, by event loop (woken with call_soon_threadsafe).
+    waiters: dict[Any, set[asyncio.Event]] = field(default_factory=dict, repr=False)
+    observer: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
 
     @property
     def terminal(self) -> bool:
@@ -233,6 +254,11 @@ class _Folder:
             os.replace(self.path / tmp, self.path / name)
 
 
+def _wake_all(wakes: tuple[asyncio.Event, ...]) -> None:
+    for wake in wakes:
+        wake.set()
+
+
 def _refuse_link(path: Path, *, directory: bool) -> None:
     try:
         st = os.lstat(path)
@@ -254,8 +280,10 @@ class JobStore:
         max_runs: int = 200,
         max_bytes: int = 500 * 1024 * 1024,
         max_queued: int = 100,
+        observer_factory: EventObserverFactory | None = None,
     ):
         self.runs_dir = Path(runs_dir)
+        self._observer_factory = observer_factory
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._run_fn = run_fn
         self._policy_factory = policy_factory
@@ -285,6 +313,7 @@ class JobStore:
             "backend": spec.backend,
             "budgets": run_request.budgets.model_dump(),
             "sampling": run_request.sampling.model_dump(),
+            "tools": run_request.tools,
         }
         with self._lock:
             if self._closed:
@@ -303,22 +332,70 @@ class JobStore:
         return view
 
     def view(self, job_id: str, after_seq: int = 0) -> dict[str, Any]:
-        with self._lock:
-            return self._view(self._get(job_id), after_seq)
+        return self._view(self._get(job_id), after_seq)
+
+    def view_json(self, job_id: str, after_seq: int = 0) -> bytes:
+        """``view`` as the JSON bytes of the HTTP response, splicing in the events' stored JSON."""
+        job = self._get(job_id)
+        with job.lock:
+            head = self._view_head(job)
+            lines = job.lines[bisect.bisect_right(job.seqs, after_seq):]
+        body = _strict_json(head, separators=(",", ":"))
+        return body[:-1] + b',"events":[' + b",".join(lines) + b"]}"
+
+    def finished_after(self, job_id: str, after_seq: int) -> bool:
+        """True when the job has recorded run.finished and nothing is left after ``after_seq``."""
+        job = self._get(job_id)
+        with job.lock:
+            return job.finished_event and after_seq >= job.last_seq
+
+    async def follow(self, job_id: str, after_seq: int) -> AsyncIterator[tuple[int, bytes, float]]:
+        """(seq, stored JSON, recorded-at unix time) of each event after ``after_seq`` as it arrives.
+
+        Ends after run.finished. Waiting costs the worker nothing: it only schedules a wake-up on
+        this event loop. The wake-up is cleared before each read, so an event recorded between the
+        read and the wait still wakes the reader (no lost wake-up, no busy loop).
+        """
+        job = self._get(job_id)
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        with job.lock:
+            job.waiters.setdefault(loop, set()).add(wake)
+        try:
+            while True:
+                wake.clear()
+                with job.lock:
+                    start = bisect.bisect_right(job.seqs, after_seq)
+                    batch = list(zip(job.seqs[start:], job.lines[start:], job.recorded[start:]))
+                    done = job.finished_event
+                for item in batch:
+                    yield item
+                    after_seq = item[0]
+                if done:
+                    return
+                await wake.wait()
+        finally:
+            with job.lock:
+                waiting = job.waiters.get(loop)
+                if waiting is not None:
+                    waiting.discard(wake)
+                    if not waiting:
+                        del job.waiters[loop]
 
     def list_recent(self, limit: int = 50) -> list[dict[str, Any]]:
         with self._lock:
             jobs = list(self._jobs.values())[-limit:]
-            return [self._summary(job) for job in reversed(jobs)]
+        return [self._summary(job) for job in reversed(jobs)]
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a queued job (sealed here) or signal a running one (the runtime stops at its next wait)."""
         with self._lock:
             job = self._get(job_id)
-            if job.terminal:
-                raise JobAlreadyFinished(f"job {job.id} already finished ({job.status}/{job.stop_reason})")
-            job.cancel_requested = True
-            job.cancel.set()
+            with job.lock:
+                if job.terminal:
+                    raise JobAlreadyFinished(f"job {job.id} already finished ({job.status}/{job.stop_reason})")
+                job.cancel_requested = True
+                job.cancel.set()
             if job.status == "queued":
                 self._queued_ids.remove(job.id)
                 # A queued job never reached the runtime: no metrics, one run.finished of its own.
@@ -335,8 +412,8 @@ class JobStore:
         """
         if not isinstance(artifact_id, str) or not ARTIFACT_ID.match(artifact_id):
             raise JobNotFound("unknown artifact")
-        with self._lock:
-            job = self._get(job_id)
+        job = self._get(job_id)
+        with job.lock:
             if artifact_id not in job.artifact_ids:
                 raise JobNotFound("unknown artifact")
         try:
@@ -345,15 +422,14 @@ class JobStore:
         except OSError:
             raise JobNotFound("artifact file is missing") from None
 
+    # Single reads of a list length or an attribute are atomic in CPython: no lock to wait on.
     @property
     def queue_length(self) -> int:
-        with self._lock:
-            return len(self._queued_ids)
+        return len(self._queued_ids)
 
     @property
     def running_id(self) -> str | None:
-        with self._lock:
-            return self._running_id
+        return self._running_id
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, cancel the running one and wait briefly for the worker."""
@@ -378,10 +454,11 @@ class JobStore:
                 if job is None or job.status != "queued":  # cancelled while queued, or deleted
                     continue
                 self._queued_ids.remove(job_id)
-                job.status = "running"
-                job.started_at = _now()
+                with job.lock:
+                    job.status = "running"
+                    job.started_at = _now()
                 self._running_id = job_id
-                self._persist(job)
+            self._persist(job)
             try:
                 self._execute(job)
             finally:
@@ -391,30 +468,35 @@ class JobStore:
 
     def _execute(self, job: Job) -> None:
         def sink(event: dict[str, Any]) -> None:
-            with self._lock:
-                self._append(job, event)
+            self._append(job, event)  # only this worker appends to a running job
 
+        if self._observer_factory is not None:
+            try:
+                job.observer = self._observer_factory(job.id, job.request)
+            except Exception:  # noqa: BLE001 -- telemetry never stops a run
+                log.exception("event observer of %s failed", job.id)
         try:
             assert job.run_request is not None
             pack = load_pack(job.request["pack"])
             budgets = Budgets.model_validate(job.request["budgets"])
             policy = self._policy_factory(job.run_request)
-            outcome = self._run_fn(pack, policy, budgets, sampling=job.run_request.sampling,
+            narrowed = {"allowed_tools": job.run_request.tools} if job.run_request.tools is not None else {}
+            outcome = self._run_fn(pack, policy, budgets, sampling=job.run_request.sampling, **narrowed,
                                    artifact_dir=self._job_dir(job.id) / "artifacts",
                                    cancel=job.cancel, sink=sink)
             result = outcome.result
             dump = lambda m: redact(m.model_dump(mode="json")) if m is not None else None  # noqa: E731
-            with self._lock:
-                self._seal(job, result.status, result.stop_reason, error=dump(result.error),
-                           final=dump(result.final), metrics=dump(result.metrics))
+            self._seal(job, result.status, result.stop_reason, error=dump(result.error),
+                       final=dump(result.final), metrics=dump(result.metrics))
         except Exception as exc:  # the runtime should never raise; if it does, the job still ends
             log.exception("job %s failed outside the runtime", job.id)
-            with self._lock:
-                self._seal(job, "failed", "runtime_error",
-                           error={"code": "runtime_error", "message": f"runtime error ({type(exc).__name__})",
-                                  "retryable": False})
+            self._seal(job, "failed", "runtime_error",
+                       error={"code": "runtime_error", "message": f"runtime error ({type(exc).__name__})",
+                              "retryable": False})
+        finally:
+            job.observer = None
 
-    # ---------------------------------------------------------------- internals (lock held)
+    # ---------------------------------------------------------------- internals
 
     def _new_id(self) -> str:
         while True:
@@ -438,10 +520,11 @@ class JobStore:
 
         The event is made public and JSON-safe, then serialized once; what is kept in memory is
         exactly what ``events.jsonl`` holds. An event that still cannot be written is replaced by
-        a marker with its seq and type, so the trace never has a gap.
+        a marker with its seq and type, so the trace never has a gap. The job's lock is held only
+        for the in-memory append: the disk write, the wake-ups and the observer come after it.
         """
         seq = event.get("seq")
-        if job.finished_event or not isinstance(seq, int) or isinstance(seq, bool) or seq <= job.last_seq:
+        if not isinstance(seq, int) or isinstance(seq, bool):
             return
         event = strip_hidden_reasoning(redact(event))  # redact first: it bounds the depth
         try:
@@ -452,56 +535,93 @@ class JobStore:
             if event["type"] == "run.finished":
                 event.update(status="failed", stop_reason="runtime_error")
             line = _strict_json(redact(event)) + b"\n"
-        job.events.append(event)
-        job.last_seq = event["seq"]
-        if len(job.events) > MAX_EVENTS:  # run.finished is always the newest, so it is never dropped
-            del job.events[0]
-            job.dropped_events += 1
-        _find_artifact_ids(event, job.artifact_ids)
-        if event.get("type") == "run.finished":
-            job.finished_event = True
-            # Pollers see the terminal state with the event; _seal confirms it from the RunResult.
-            status = event.get("status")
-            if status in TERMINAL:
-                job.status = status
-                job.stop_reason = event.get("stop_reason")
-                job.final = event.get("final")
-                job.metrics = event.get("metrics")
-                job.error = event.get("error")
-                job.finished_at = job.finished_at or _now()
+        artifacts: list[str] = []
+        _find_artifact_ids(event, artifacts)
+        with job.lock:
+            if job.finished_event or seq <= job.last_seq:
+                return
+            job.events.append(event)
+            job.seqs.append(seq)
+            job.lines.append(line[:-1])
+            job.recorded.append(time.time())
+            job.last_seq = seq
+            if len(job.events) > MAX_EVENTS:  # run.finished is always the newest, so it is never dropped
+                del job.events[0], job.seqs[0], job.lines[0], job.recorded[0]
+                job.dropped_events += 1
+            job.artifact_ids.extend(a for a in artifacts if a not in job.artifact_ids)
+            if event.get("type") == "run.finished":
+                job.finished_event = True
+                # Pollers see the terminal state with the event; _seal confirms it from the RunResult.
+                status = event.get("status")
+                if status in TERMINAL:
+                    job.status = status
+                    job.stop_reason = event.get("stop_reason")
+                    job.final = event.get("final")
+                    job.metrics = event.get("metrics")
+                    job.error = event.get("error")
+                    job.finished_at = job.finished_at or _now()
+            waiters = [(loop, tuple(wakes)) for loop, wakes in job.waiters.items()]
+        for loop, wakes in waiters:
+            try:
+                loop.call_soon_threadsafe(_wake_all, wakes)
+            except RuntimeError:  # that loop is closed; its readers are gone
+                pass
         if persist:
             try:
-                with _Folder(self.runs_dir, job.id) as folder:
+                with job.io_lock, _Folder(self.runs_dir, job.id) as folder:
                     folder.append("events.jsonl", line)
             except OSError:
                 log.warning("cannot append to the event log of %s", job.id)
+        if job.observer is not None:
+            try:
+                job.observer(event)
+            except Exception:  # noqa: BLE001 -- telemetry never stops a run
+                log.exception("event observer of %s failed", job.id)
+                job.observer = None
 
     def _seal(self, job: Job, status: str, stop_reason: str, *, error: dict[str, Any] | None,
               final: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> None:
         """Make the job terminal; add its run.finished if the runtime did not emit one."""
         error, final, metrics = redact(error), redact(final), redact(metrics)
-        if not job.finished_event:
+        if not job.finished_event:  # only this thread appends to the job, so the check holds
             self._append(job, {
                 "seq": job.last_seq + 1, "type": "run.finished", "step": 0, "attempt": 0, "phase": "run",
                 "elapsed_ms": 0.0, "status": status, "stop_reason": stop_reason, "final": final,
                 "metrics": metrics, "error": error,
             })
-        job.status, job.stop_reason = status, stop_reason
-        job.final, job.metrics, job.error = final, metrics, error
-        job.finished_at = job.finished_at or _now()
-        job.run_request = None  # forget the model path
+        with job.lock:
+            job.status, job.stop_reason = status, stop_reason
+            job.final, job.metrics, job.error = final, metrics, error
+            job.finished_at = job.finished_at or _now()
+            job.run_request = None  # forget the model path
         self._persist(job)
         job.disk_bytes = _dir_bytes(self._job_dir(job.id))
 
     def _persist(self, job: Job) -> None:
+        # io_lock first: two writers snapshot and write in the same order, so the newest state wins.
         try:
-            data = _strict_json(redact(job.record()), indent=1)
-            with _Folder(self.runs_dir, job.id) as folder:
-                folder.write_atomic("job.json", data)
+            with job.io_lock:
+                with job.lock:
+                    record = job.record()
+                data = _strict_json(redact(record), indent=1)
+                with _Folder(self.runs_dir, job.id) as folder:
+                    folder.write_atomic("job.json", data)
         except (OSError, ValueError):
             log.warning("cannot write job.json of %s", job.id)
 
     def _summary(self, job: Job) -> dict[str, Any]:
+        with job.lock:
+            return self._summary_locked(job)
+
+    def _queue_position(self, job: Job) -> int | None:
+        if job.status != "queued":
+            return None
+        try:  # a snapshot: the store's lock is not taken on the read path
+            return tuple(self._queued_ids).index(job.id) + 1
+        except ValueError:  # just dequeued or cancelled
+            return None
+
+    def _summary_locked(self, job: Job) -> dict[str, Any]:
         return {
             "id": job.id,
             "status": job.status,
@@ -515,21 +635,28 @@ class JobStore:
             "pack": job.request.get("pack"),
             "last_seq": job.last_seq,
             "cancel_requested": job.cancel_requested,
-            "queue_position": (self._queued_ids.index(job.id) + 1) if job.status == "queued" else None,
+            "queue_position": self._queue_position(job),
         }
 
-    def _view(self, job: Job, after_seq: int) -> dict[str, Any]:
-        view = self._summary(job)
-        # Events are never mutated after they are stored, so a new list of them is a safe copy.
-        view["events"] = [e for e in job.events if e["seq"] > after_seq]
+    def _view_head(self, job: Job) -> dict[str, Any]:
+        """The view without its events (job lock held). Stored values are replaced, never mutated."""
+        view = self._summary_locked(job)
         view.update({
             "dropped_events": job.dropped_events,
-            "request": json.loads(json.dumps(job.request)),
+            "request": job.request,
             "final": job.final,
             "metrics": job.metrics if job.terminal else None,
             "error": job.error,
             "artifacts": list(job.artifact_ids),
         })
+        return view
+
+    def _view(self, job: Job, after_seq: int) -> dict[str, Any]:
+        with job.lock:
+            view = self._view_head(job)
+            # Events are never mutated after they are stored, so a new list of them is a safe copy.
+            view["events"] = job.events[bisect.bisect_right(job.seqs, after_seq):]
+        view["request"] = json.loads(json.dumps(view["request"]))
         return view
 
     # ---------------------------------------------------------------- startup and retention

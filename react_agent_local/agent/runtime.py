@@ -170,7 +170,9 @@ class Run:
                 raise _Stop("runtime_error", ToolErrorInfo(code="tool_runtime", message=str(exc)[:300])) from None
             # MCP tools the pack does not name never reach a prompt.
             self.tools = composed.subset(n for n in composed.names if n in self.tools or n in task.tool_names)
-        missing = [t for t in task.tool_names if t not in self.tools]
+        # A registry passed in (the runner's, narrowed by a request) may leave out optional tools,
+        # never required ones.
+        missing = [t for t in task.required_tools if t not in self.tools]
         if missing:
             offered = f" (its MCP servers offer: {', '.join(self.mcp_tools.registry.names) or 'nothing'})" \
                 if self.mcp_tools is not None else ""

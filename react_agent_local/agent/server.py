@@ -357,6 +357,20 @@ def _loaded_models() -> list[dict[str, Any]]:
         return []
 
 
+def _check_narrowed_tools(body: RunRequest) -> None:
+    """A request may narrow the pack's tools, never widen them, and must leave the required ones."""
+    try:
+        task = load_pack(body.pack).task
+    except PackError as exc:
+        raise ApiError(400, "unknown_pack", redact(str(exc))) from None
+    extra = [t for t in body.tools or [] if t not in task.tool_names]
+    if extra:
+        raise ApiError(400, "tools_not_in_pack", f"tools the pack does not use cannot be added: {', '.join(extra)[:200]}")
+    missing = [t for t in task.required_tools if t not in (body.tools or [])]
+    if missing:
+        raise ApiError(400, "required_tool_removed", f"the pack needs these tools: {', '.join(missing)}")
+
+
 def _budget_form_schema() -> dict[str, Any]:
     schema = Budgets.model_json_schema()
     sampling = Sampling.model_json_schema()
@@ -398,10 +412,10 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     settings = settings or RunnerSettings()
     tools = settings.tools if settings.tools is not None else catalog()
 
-    def run_with_tools(pack: Any, *args: Any, **kwargs: Any) -> Any:
-        # Every run reads the registry of this runner; a pack naming a tool it lacks fails the run
-        # with a clear pack_invalid error (runtime._bind_tools).
-        names = [n for n in pack.task.tool_names if n in tools]
+    def run_with_tools(pack: Any, *args: Any, allowed_tools: list[str] | None = None, **kwargs: Any) -> Any:
+        # Every run reads the registry of this runner, narrowed to the pack's tools and to what the
+        # request allows; a pack naming a tool the runner lacks fails the run with pack_invalid.
+        names = [n for n in pack.task.tool_names if n in tools and (allowed_tools is None or n in allowed_tools)]
         return settings.run_fn(pack, *args, tools=tools.subset(names), **kwargs)
 
     store = JobStore(settings.runs_dir, run_with_tools, settings.policy_factory,
@@ -535,6 +549,8 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         check_model_path(body.model_path, must_exist=not settings.test_policy)
         if (body.pack or "default") not in available_packs():
             raise ApiError(400, "unknown_pack", f"unknown pack; known: {', '.join(available_packs())}")
+        if body.tools is not None:
+            _check_narrowed_tools(body)
         try:
             view = store.submit(body, _public_model(body, settings.test_policy))
         except QueueFull as exc:

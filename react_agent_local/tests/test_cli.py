@@ -35,3 +35,15 @@ def test_out_of_range_settings_name_the_flag(flags, named, tmp_path, capsys):
 def test_unknown_pack_is_refused(tmp_path, capsys):
     assert main(["run", "--pack", "no_such_pack", "--model", str(tmp_path / "m.gguf")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize("tools, message", [("calculator", "the pack needs: lookup_fact"),
+                                            ("lookup_fact,calculator,plot", "not tools of the pack: plot")])
+def test_tools_may_only_narrow_the_pack(tools, message, tmp_path, capsys):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")  # never opened: the tools are refused first
+    assert main(["run", "--pack", "population_ratio", "--tools", tools, "--model", str(model),
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tools: ") and message in err and "Nothing was run" in err
+    assert not (tmp_path / "runs").exists()

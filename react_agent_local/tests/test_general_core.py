@@ -222,3 +222,33 @@ def test_a_pack_naming_a_tool_the_run_lacks_fails_clearly(tmp_path):
 
 def test_registry_for_a_pack_keeps_only_its_tools():
     assert registry_for(RATIO.task.tool_names).names == ("calculator", "lookup_fact")
+
+
+def test_a_run_request_may_narrow_the_packs_tools_but_never_widen_them(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    import agent.packs
+    from agent.server import RunnerSettings, create_app, scripted_policy_factory
+
+    pack, feet = _unit_pack(tmp_path)
+    task = json.loads((pack.root / "task.json").read_text(encoding="utf-8"))
+    (pack.root / "task.json").write_text(json.dumps({**task, "mode": "free", "tools": ["calculator"]}), encoding="utf-8")
+    packs_dir = tmp_path / "packs"
+    shutil.copytree(pack.root, packs_dir / "unit_pack")
+    monkeypatch.setattr(agent.packs, "PACKS_DIR", packs_dir)
+    script = [_free("calculator", {"expression": "100 / 0.3048"}),  # narrowed away: an unknown tool
+              _free("unit_convert", {"value": 100, "unit": "m"}),
+              json.dumps({"type": "final", "answer": f"100 m is {feet} ft.", "evidence_ids": ["obs-unit_convert-1"]})]
+    settings = RunnerSettings(runs_dir=tmp_path / "runs", tools=catalog().register(UNIT_CONVERT),
+                              policy_factory=scripted_policy_factory(script), test_policy=True)
+    with TestClient(create_app(settings), base_url=BASE_URL) as client:
+        base = {"model_path": "scripted", "pack": "unit_pack"}
+        widened = client.post("/agent/runs", json={**base, "tools": ["unit_convert", "plot"]})
+        assert widened.status_code == 400 and widened.json()["error"]["code"] == "tools_not_in_pack"
+        emptied = client.post("/agent/runs", json={**base, "tools": ["calculator"]})
+        assert emptied.status_code == 400 and emptied.json()["error"]["code"] == "required_tool_removed"
+        run_id = client.post("/agent/runs", json={**base, "tools": ["unit_convert"]}).json()["id"]
+        view = wait_terminal(client, run_id)
+        invalid = [e for e in view["events"] if e["type"] == "decision.invalid"]
+        assert invalid[0]["code"] == "unknown_tool" and "allowed tools: unit_convert" in invalid[0]["error"]
+        assert view["status"] == "completed" and view["request"]["tools"] == ["unit_convert"]
