@@ -143,7 +143,7 @@ def test_report_on_synthetic_runs(tmp_path):
     assert report["per_case"]["floor_fails"]["task_success"]["runs"] == 2
     assert report["failures"] == {"by_check": {"calculator_correct": 1, "answer_verdict_correct": 1},
                                   "by_stop_reason": {"max_steps": 1}}
-    assert report["independent_failures"] == {"calculator_value": 1, "stopped": 1, "false_claim": 1}
+    assert report["independent_failures"] == {"calculator_value": 1, "stopped:max_steps": 1, "false_claim": 1}
     assert [(d["pack"], d["run"]) for d in report["disagreements"]] == [("p2", 1)]
     assert report["seconds_per_run"] == {"median": 25.0, "p90": 37.0, "mean": 25.0, "total": 100.0}
     means = report["metrics_mean"]

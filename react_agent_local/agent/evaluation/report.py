@@ -99,8 +99,7 @@ def build_report(runs: list[EvalRun], settings: dict[str, Any], model: dict[str,
                             "total": round(sum(seconds), 3)},
         "metrics_mean": metric_means(runs),
         "failures": failure_families(runs),
-        "independent_failures": dict(Counter(f.split(":")[0] if f.startswith("stopped:") else f
-                                             for r in runs for f in r.independent_failures).most_common()),
+        "independent_failures": dict(Counter(f for r in runs for f in r.independent_failures).most_common()),
         "disagreements": [{"pack": r.pack, "run": r.run, "task_success": r.task_success,
                            "independent_failures": r.independent_failures}
                           for r in runs if bool(r.task_success) != r.independent_success],
@@ -127,7 +126,9 @@ def _ci(r: dict[str, Any]) -> str:
 def _num(value: Any) -> str:
     if value is None:
         return "N/A"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -182,6 +183,7 @@ def write_chart(report: dict[str, Any], path: Path) -> Path:
     """Per-pack Task Success (with Wilson intervals) beside the failure families, as one PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     packs = report["per_pack"]
     failures = report["failures"]
@@ -194,8 +196,9 @@ def write_chart(report: dict[str, Any], path: Path) -> Path:
               [(p["task_success"]["ci95"] or [0, 0])[1] * 100 - r for r, p in zip(rates, packs)]]
     positions = list(range(len(packs)))
     left.bar(positions, rates, color="#4C78A8", yerr=errors, capsize=3, ecolor="#555555")
-    left.set_xticks(positions, [p["pack"] for p in packs], rotation=60 if len(packs) > 6 else 0, ha="right",
-                    fontsize=8)
+    rotate = len(packs) > 6
+    left.set_xticks(positions, [p["pack"] for p in packs], rotation=60 if rotate else 0,
+                    ha="right" if rotate else "center", fontsize=8)
     overall = report["overall"]["task_success"]
     if overall["rate"] is not None:
         left.axhline(overall["rate"] * 100, color="#E45756", linestyle="--", linewidth=1.5,
@@ -211,6 +214,7 @@ def write_chart(report: dict[str, Any], path: Path) -> Path:
         right.invert_yaxis()
     else:
         right.text(0.5, 0.5, "no failures", ha="center", va="center")
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.set_xlabel("failed runs")
     right.set_title("Failures by check / stop reason", fontsize=10)
     fig.savefig(path, format="png")
