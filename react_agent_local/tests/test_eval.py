@@ -91,6 +91,15 @@ def test_forty_packs_cover_cases_sizes_formats_and_languages(tmp_path):
         assert marker in joined, marker
 
 
+def test_every_generated_record_reads_back_as_its_expected_json(tmp_path):
+    from agent.tools.knowledge import search_knowledge
+
+    for root in generate_packs(tmp_path, 40, seed=5):
+        expected = json.loads((root / "data" / "expected.json").read_text(encoding="utf-8"))["knowledge"]
+        data = search_knowledge(root / "knowledge", "Task Success and the release rule", 3)["data"]
+        assert (data["batches"], data["release_rule"]) == (expected["batches"], expected["release_rule"]), root.name
+
+
 # -- Wilson interval and quantiles -------------------------------------------------------------------
 
 def _wilson_by_formula(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -228,9 +237,8 @@ def computed_policy(pack: TaskPack, eligible: bool | None = None) -> ScriptedPol
 
 
 def test_eval_loop_end_to_end_with_the_scripted_policy(tmp_path):
-    # Formats today's knowledge parser reads ("Task Success" headers; the rule as list lines, a yaml
-    # block or front matter). The other formats are item 1 of the issue, being added to the parser now.
-    only = {"header": ("Task Success", "Task Success (%)"), "rule_format": ("list", "yaml", "front_matter")}
+    # Headers and rule formats the first knowledge parser refused (issue 10, item 1), now read.
+    only = {"header": ("task_success", "TaskSuccess", "任务成功率"), "rule_format": ("sentence", "table")}
     roots = generate_packs(tmp_path / "packs", 3, seed=2, only=only)
     packs = [TaskPack.load(root) for root in roots]
 
