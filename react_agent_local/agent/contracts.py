@@ -192,6 +192,7 @@ class CheckSpec(BaseModel):
     op: CompareOp = ">="
     right: float | str
     right_label: str | None = Field(default=None, max_length=60, description="What the right side is called.")
+    hint: str | None = Field(default=None, max_length=300, description="Feedback when an expectation fails.")
 
 
 class VerdictSpec(BaseModel):
@@ -219,6 +220,10 @@ class AnswerGuide(BaseModel):
     checks: list[CheckSpec] = Field(default_factory=list, max_length=8)
     verdict: VerdictSpec | None = None
     hints: list[str] = Field(default_factory=list, max_length=8)
+    expect: list[CheckSpec] = Field(
+        default_factory=list, max_length=8,
+        description="Checks a tool's result must pass before a Final (left is TOOL.path): a result that fails "
+                    "one is feedback, and guided mode asks that tool again.")
 
 
 class McpServerSpec(BaseModel):
@@ -260,6 +265,8 @@ class TaskSpec(BaseModel):
     checks: list[CheckSpec] = Field(default_factory=list, max_length=8)
     verdict: VerdictSpec | None = None
     final_hints: list[str] = Field(default_factory=list, max_length=8)
+    expect: list[CheckSpec] = Field(default_factory=list, max_length=8,
+                                    description="Checks of tool results (see AnswerGuide.expect).")
     hints: dict[str, str] = Field(default_factory=dict, description="Per tool, a hint that replaces the tool's own.")
     summaries: dict[str, str] = Field(default_factory=dict,
                                       description="Per tool (or 'final'), the Decision Summary wording.")
@@ -273,10 +280,10 @@ class TaskSpec(BaseModel):
         return names
 
     def declared_guide(self) -> AnswerGuide | None:
-        if not (self.answer_form or self.checks or self.verdict or self.final_hints):
+        if not (self.answer_form or self.checks or self.verdict or self.final_hints or self.expect):
             return None
         return AnswerGuide(answer_form=self.answer_form, checks=self.checks, verdict=self.verdict,
-                           hints=self.final_hints)
+                           hints=self.final_hints, expect=self.expect)
 
 
 RunStatus = Literal["queued", "running", "completed", "stopped", "failed", "cancelled"]
@@ -351,8 +358,7 @@ _PACK_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 class LocalModelSpec(BaseModel):
     """A model on this machine, run in-process: a GGUF file (llama.cpp, or transformers) or a
-    safetensors directory (transformers). Served models (OpenAI-compatible, Anthropic) join
-    ``ModelSpec`` as further kinds."""
+    safetensors directory (transformers)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -363,15 +369,55 @@ class LocalModelSpec(BaseModel):
     dtype: Dtype = "auto"
 
 
-ModelSpec = LocalModelSpec
+# http(s)://host[:port][/path] -- no user info, query or fragment: a URL is never a place for a key.
+_BASE_URL = r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~\-/]*)?$|^https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?(/[A-Za-z0-9._~\-/]*)?$"
+# The *name* of an environment variable of the runner; the key itself never travels in a request.
+_KEY_ENV = r"^[A-Z][A-Z0-9_]{0,62}_API_KEY$"
+_SERVED_MODEL = r"^[^\x00-\x1f\x7f]{1,200}$"
+
+
+class OpenAICompatibleSpec(BaseModel):
+    """A model behind an OpenAI-compatible chat completions endpoint (vLLM, llama.cpp's
+    llama-server, llama-cpp-python's server, Ollama, LM Studio, OpenAI). Native tool calling; the
+    runner only connects to loopback hosts unless its operator allows more (``--allow-model-host``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["openai_compatible"]
+    base_url: str = Field(max_length=2048, pattern=_BASE_URL, description="e.g. http://127.0.0.1:8000/v1")
+    model: str = Field(pattern=_SERVED_MODEL, description="The served model's name, as the server lists it.")
+    api_key_env: str = Field(default="OPENAI_API_KEY", pattern=_KEY_ENV,
+                             description="Name of the runner's environment variable holding the key (never the key).")
+    strict_tools: bool = Field(default=False, description="Send strict tool schemas (OpenAI structured outputs).")
+    send_top_k: bool = Field(default=True, description="Send top_k when sampling (vLLM, llama.cpp; not OpenAI's API).")
+
+
+class AnthropicSpec(BaseModel):
+    """A model behind Anthropic's Messages API (``base_url`` only for tests and gateways; the
+    default host api.anthropic.com must be allowed by the runner's operator like any other)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["anthropic"]
+    model: str = Field(pattern=_SERVED_MODEL, description="e.g. claude-haiku-4-5")
+    api_key_env: str = Field(default="ANTHROPIC_API_KEY", pattern=_KEY_ENV,
+                             description="Name of the runner's environment variable holding the key (never the key).")
+    base_url: str | None = Field(default=None, max_length=2048, pattern=_BASE_URL)
+
+
+ServedModelSpec = Union[OpenAICompatibleSpec, AnthropicSpec]
+ModelSpec = Annotated[Union[LocalModelSpec, OpenAICompatibleSpec, AnthropicSpec], Field(discriminator="kind")]
 _LEGACY_MODEL_FIELDS = {"model_path": "path", "backend": "backend", "device": "device", "dtype": "dtype"}
 
 
 def _legacy_model(data: Any) -> Any:
-    """The first round's flat fields (model_path, device, dtype, backend) become ``model``."""
+    """The first round's flat fields (model_path, device, dtype, backend) become ``model``; a
+    ``model`` object without ``kind`` is a local one."""
     if isinstance(data, dict) and "model" not in data and "model_path" in data:
         data = dict(data)
         data["model"] = {new: data.pop(old) for old, new in _LEGACY_MODEL_FIELDS.items() if old in data}
+    if isinstance(data, dict) and isinstance(data.get("model"), dict) and "kind" not in data["model"]:
+        data = {**data, "model": {"kind": "local", **data["model"]}}
     return data
 
 
@@ -382,7 +428,8 @@ class _ModelRequest(BaseModel):
 
     @property
     def model_path(self) -> str:
-        return self.model.path
+        """The local model's path ("" for a served model, which has none)."""
+        return self.model.path if isinstance(self.model, LocalModelSpec) else ""
 
 
 class InspectRequest(_ModelRequest):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .claims import ResolvedCheck, check_claims, evidence_numbers, number_forms, resolve_checks
+from .claims import ResolvedCheck, check_claims, evidence_numbers, fmt, number_forms, resolve_checks
 from .contracts import (
     TERMINAL_STATUS,
     ActionDecision,
@@ -209,7 +209,7 @@ class Run:
             candidate = self.policy.propose(request)
         except ModelUnavailable as exc:
             self.trace.emit("model.failed", "model", self.step, attempt, code=exc.code, message=exc.message)
-            raise _Stop("model_unavailable", ToolErrorInfo(code=exc.code, message=exc.message)) from None
+            raise _Stop(exc.stop_reason, ToolErrorInfo(code=exc.code, message=exc.message)) from None
         self.usage.model_calls += 1
         self.usage.input_tokens += candidate.input_tokens
         self.usage.output_tokens += candidate.output_tokens
@@ -262,6 +262,8 @@ class Run:
         # to leave valid JSON (seed 002: finish_reason "length" is truncation, never a Final).
         if candidate.finish_reason == "length":
             raise DecisionError("truncated", "the output was cut off at the token limit; write a shorter Decision")
+        if candidate.fault is not None:  # a protocol fault the policy saw (e.g. no tool call at all)
+            raise DecisionError(*candidate.fault)
         if candidate.decision is not None:  # structured (native tool calling): validated like text
             return parse_decision("", json.dumps(candidate.decision, ensure_ascii=False), "",
                                   tool_names=self.tools.names)
@@ -281,6 +283,8 @@ class Run:
                 problems.append(f"no successful {what} observation yet")
             elif obs_id not in decision.evidence_ids:
                 problems.append(f"evidence_ids must cite the latest successful {what} observation {obs_id}")
+        for tool, check, _ in self._failing_expectations():
+            problems.append(f"the latest {tool} result {fmt(check.left)} is not {check.label}")
         claims: list[str] = []
         if not problems:
             guide = self._guide()
@@ -325,7 +329,27 @@ class Run:
             return declared or offered
         return AnswerGuide(answer_form=declared.answer_form or offered.answer_form,
                            checks=declared.checks or offered.checks, verdict=declared.verdict or offered.verdict,
-                           hints=declared.hints or offered.hints)
+                           hints=declared.hints or offered.hints, expect=declared.expect or offered.expect)
+
+    def _failing_expectations(self, tool: str | None = None) -> list[tuple[str, ResolvedCheck, str | None]]:
+        """(tool, check, hint) of each expectation on a tool's latest result that the result fails."""
+        guide = self._guide()
+        if guide is None or not guide.expect:
+            return []
+        failing = []
+        for spec, check in zip(guide.expect, resolve_checks(guide.expect, self._latest_ok())):
+            owner = self._ref_tool(spec.left)
+            if owner is not None and (tool is None or owner == tool) and check.known and not check.holds:
+                failing.append((owner, check, spec.hint))
+        return failing
+
+    def _ref_tool(self, operand: float | str) -> str | None:
+        """The tool a reference like ``calculator.value`` or ``min(server.tool.x)`` reads from."""
+        if not isinstance(operand, str):
+            return None
+        ref = operand.split("(", 1)[-1]
+        names = sorted(self.tools.names, key=len, reverse=True)
+        return next((name for name in names if ref.startswith(name + ".")), None)
 
     def _resolved_checks(self, guide: AnswerGuide | None) -> list[ResolvedCheck]:
         return resolve_checks(guide.checks, self._latest_ok()) if guide else []
@@ -452,6 +476,9 @@ class Run:
             self.feedback.append(f"{obs.id}: {tool} failed ({error.code}): {error.message}"[:600])
             return obs
         self.record.successes.append((obs.id, tool, result))
+        for _, check, hint in self._failing_expectations(tool):
+            self.feedback.append(f"{obs.id}: {fmt(check.left)} is not {check.label}"
+                                 + (f"; {hint}." if hint else ".")[:600])
         digest = canonical({"tool": tool, "digest": self.tools.get(tool).digest(result)})
         self.guards.result_digests[digest] += 1
         if self.guards.result_digests[digest] >= self.budgets.no_progress_limit:
@@ -546,7 +573,7 @@ class Run:
                 missing = next((item for item in items if item_key(item) not in covered), None)
                 if missing is not None:
                     return Branch("action", tool=tool, target=missing, summary=self._action_summary(tool))
-            elif tool not in self._latest_ok():
+            elif tool not in self._latest_ok() or self._failing_expectations(tool):
                 return Branch("action", tool=tool, summary=self._action_summary(tool))
         evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence()))
         form, numbers = self._final_form(evidence)

@@ -408,17 +408,32 @@ def test_causal_order_violated_completes_but_fails_task_success(tmp_path):
     assert m.tool_argument_accuracy == 1.0
 
 
-def test_wrong_calculator_value_fails_task_success(tmp_path):
+def test_a_calculator_result_that_is_not_the_average_is_asked_again(tmp_path):
+    """The record's rule is about the mean of its values (the knowledge tool's expectation): a sum
+    without the division is feedback, and guided mode asks the calculator again."""
     outputs = chain()
-    outputs[1] = json.dumps({"expression": "(72 + 78 + 81 + 85) / 3"})
-    wrong = round((72 + 78 + 81 + 85) / 3, 2)  # an answer true to its (wrong) evidence passes the claims
-    outputs[3] = json.dumps(f"The average is {wrong} and the lowest batch value is 72. Check: average {wrong} >= 78 "
-                            "is True; lowest 72 >= 70 is True. So it meets the release rule.")
-    outcome, _ = run_scripted(outputs, tmp_path)
+    data = DEFAULT.load_expected()["knowledge"]["batches"]
+    wrong = json.dumps({"expression": " + ".join(str(v) for v in data.values())})
+    outcome, policy = run_scripted([outputs[0], wrong] + outputs[1:], tmp_path)
+    calcs = [o for o in outcome.result.observations if o.tool == "calculator"]
+    assert [c.result["value"] for c in calcs] == [sum(data.values()), sum(data.values()) / len(data)]
+    assert f"is not the average of the {len(data)} values" in policy.requests[2].messages[-1]["content"]
+    assert "divided by 4" in policy.requests[2].messages[-1]["content"]
+    assert outcome.result.final.evidence_ids[1] == calcs[1].id
     m = outcome.result.metrics
-    assert outcome.result.stop_reason == "completed"
-    assert m.task_success is False and m.checks["calculator_correct"] is False
-    assert m.tool_argument_accuracy == round(2 / 3, 4)
+    assert outcome.result.stop_reason == "completed" and m.task_success is True
+    assert m.tool_argument_accuracy == 0.75  # one of four actions was not right
+
+
+def test_a_final_over_a_wrong_average_is_refused_in_free_mode(tmp_path):
+    actions, answer = free_chain()
+    actions[1] = json.dumps({"type": "action", "tool": "calculator", "arguments": {"expression": "72 + 78 + 81 + 85"}})
+    final = json.dumps({"type": "final", "answer": answer,
+                        "evidence_ids": ["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3"]})
+    outcome, _ = run_scripted(actions + [final] * 3, tmp_path, mode="free")
+    refused = events_of(outcome, "final.validated")[0]
+    assert not refused["accepted"] and "calculator result 316 is not the average of the 4 values" in refused["message"]
+    assert outcome.result.stop_reason == "loop_detected" and outcome.result.metrics.task_success is False
 
 
 def test_a_final_with_false_claims_is_refused_and_answered_again(tmp_path):

@@ -497,6 +497,12 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
         "verdict": {**_VERDICTS[language], "requires": "all"},
         "hints": ["The average is the calculator's value; the lowest value is the smallest of all group values.",
                   "Compare the average with average_gte and the lowest value with every_batch_gte."],
+        # The rule is about the mean of the values: a calculator result that is not it (a sum
+        # without the division, a value left out) makes every later claim wrong.
+        "expect": [{"label": f"the average of the {len(batches)} values", "left": "calculator.value", "op": "==",
+                    "right": "mean(knowledge_search.data.batches)",
+                    "hint": f"compute the average: the sum of all {len(batches)} values, in parentheses, "
+                            f"divided by {len(batches)}"}],
     }
 
 
