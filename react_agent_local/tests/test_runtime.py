@@ -425,6 +425,17 @@ def test_a_calculator_result_that_is_not_the_average_is_asked_again(tmp_path):
     assert m.tool_argument_accuracy == 0.75  # one of four actions was not right
 
 
+def test_a_chart_missing_a_value_is_drawn_again(tmp_path):
+    outputs = chain()
+    plot = json.loads(outputs[2])
+    short = json.dumps({**plot, "labels": plot["labels"][:-1], "values": plot["values"][:-1]})
+    outcome, policy = run_scripted(outputs[:2] + [short] + outputs[2:], tmp_path)
+    assert [o.tool for o in outcome.result.observations] == ["knowledge_search", "calculator", "plot", "plot"]
+    feedback = policy.requests[3].messages[-1]["content"]
+    assert "obs-plot-3: 3 is not one bar for each of the 4 groups" in feedback
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
+
+
 def test_a_final_over_a_wrong_average_is_refused_in_free_mode(tmp_path):
     actions, answer = free_chain()
     actions[1] = json.dumps({"type": "action", "tool": "calculator", "arguments": {"expression": "72 + 78 + 81 + 85"}})

@@ -502,7 +502,15 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
         "expect": [{"label": f"the average of the {len(batches)} values", "left": "calculator.value", "op": "==",
                     "right": "mean(knowledge_search.data.batches)",
                     "hint": f"compute the average: the sum of all {len(batches)} values, in parentheses, "
-                            f"divided by {len(batches)}"}],
+                            f"divided by {len(batches)}"},
+                   {"label": f"one bar for each of the {len(batches)} groups", "left": "count(plot.spec.values)",
+                    "op": "==", "right": "count(knowledge_search.data.batches)",
+                    "hint": "plot every group once, with its label and value as observed"},
+                   {"label": "the sum of the observed values", "left": "sum(plot.spec.values)", "op": "==",
+                    "right": "sum(knowledge_search.data.batches)",
+                    "hint": "copy every group's value exactly as observed"},
+                   {"label": "the calculator's average", "left": "plot.spec.average", "op": "==",
+                    "right": "calculator.value", "hint": "put the calculator's value into average"}],
     }
 
 
