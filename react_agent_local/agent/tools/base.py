@@ -111,6 +111,15 @@ class Tool:
         """The schema as the model and the grammar see it: no titles or descriptions."""
         return _schemas(self.args_model)[1]
 
+    def validate(self, arguments: dict[str, Any]) -> BaseModel:
+        """The arguments as this tool's typed model; ArgumentError names the bad, missing and unexpected
+        fields. A tool whose JSON schema comes from elsewhere (an MCP server, ``mcp.McpTool``) overrides
+        ``schema``, ``compact_schema`` and ``validate`` together."""
+        try:
+            return self.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            raise argument_error(self.name, exc) from None
+
 
 @lru_cache(maxsize=256)
 def _schemas(model: type[BaseModel]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -167,11 +176,7 @@ class ToolRegistry:
 
     def validate(self, name: str, arguments: dict[str, Any]) -> BaseModel:
         """Validate arguments; raise ArgumentError naming the bad, missing and unexpected fields."""
-        tool = self.tools[name]
-        try:
-            return tool.args_model.model_validate(arguments)
-        except ValidationError as exc:
-            raise argument_error(name, exc) from None
+        return self.tools[name].validate(arguments)
 
     def describe(self) -> list[dict[str, Any]]:
         """Public description of every tool (``/schema``, ``schemas/tool_registry.json``, the page)."""
