@@ -40,6 +40,7 @@ from .model_policy import Candidate, DecisionRequest, ModelUnavailable, Policy
 from .packs import TaskPack, goal_language, item_key
 from .prompting import VISIBLE_OBSERVATIONS, Branch, PromptState, guide_check_lines
 from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError, registry_for
+from .tools.isolation import load_tool, worker
 from .trace import Trace, sha256_text
 
 PolicySource = Policy | Callable[[], Policy]
@@ -425,12 +426,32 @@ class Run:
         raise AssertionError("unreachable: the last attempt never retries")
 
     def _run_tool_attempt(self, tool: str, arguments: Any) -> dict[str, Any]:
-        """One attempt in a worker thread, waited on for min(tool timeout, time left).
+        """One attempt, waited on for min(tool timeout, time left).
 
-        A Python thread cannot be killed: a timed-out attempt is abandoned (its late result is
-        ignored) and recorded as ``tool_timeout``.
+        A tool that lives at an import path runs in the worker process, which a timeout or a cancel
+        kills (no CPU or late artifact left behind); any other tool runs in a thread, which cannot be
+        killed: a timed-out attempt is abandoned (its late result is ignored). Either way the
+        attempt is recorded as ``tool_timeout``.
         """
         spec = self.tools.get(tool)
+        started = time.monotonic()
+        wait_until = min(started + spec.timeout_seconds, self.deadline)
+        if spec.import_path and _isolatable(spec):
+            try:
+                result = worker().run(spec, arguments.model_dump(), self.ctx, wait_until=wait_until, cancel=self.cancel)
+            finally:
+                self.usage.tool_ms += (time.monotonic() - started) * 1000
+            if result is not None:
+                return result
+            if self.cancel.is_set():
+                raise _Stop("cancelled")
+            if time.monotonic() >= self.deadline:
+                raise ToolError("deadline_exceeded", "the run's deadline passed while the tool ran", retryable=False)
+            raise ToolError("tool_timeout", f"{tool} did not finish within {spec.timeout_seconds:g} s", retryable=True)
+        return self._run_in_thread(spec, arguments, started, wait_until)
+
+    def _run_in_thread(self, spec: Any, arguments: Any, started: float, wait_until: float) -> dict[str, Any]:
+        tool = spec.name
         box: dict[str, Any] = {}
         done = threading.Event()
 
@@ -444,8 +465,6 @@ class Run:
             finally:
                 done.set()
 
-        started = time.monotonic()
-        wait_until = min(started + spec.timeout_seconds, self.deadline)
         threading.Thread(target=work, name=f"tool-{tool}", daemon=True).start()
         while not done.wait(timeout=max(0.0, min(0.05, wait_until - time.monotonic()))):
             if self.cancel.is_set():
@@ -627,6 +646,15 @@ class Run:
                         metrics=metrics.model_dump() if metrics else None,
                         error=error.model_dump() if error else None, trace_dropped=self.trace.dropped)
         return RunOutcome(result=result, events=self.trace.events)
+
+
+def _isolatable(tool: Any) -> bool:
+    """Only the very Tool object at its import path runs in the worker: a copy whose ``execute`` was
+    replaced (a test's flaky tool) must run as given, in a thread."""
+    try:
+        return load_tool(tool.import_path) is tool
+    except Exception:  # noqa: BLE001 -- not importable here: run it in a thread
+        return False
 
 
 def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = None, *, artifact_dir: Path,

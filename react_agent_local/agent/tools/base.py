@@ -96,6 +96,9 @@ class Tool:
     #: How a Final over this result is checked when the pack declares nothing itself: an answer
     #: form, checks and verdict phrases (see ``claims.py``); called with the goal's language.
     answer_guide: Callable[[dict[str, Any], str], dict[str, Any] | None] | None = None
+    #: ``module:attribute`` where this Tool object lives; set, an attempt runs in a worker process
+    #: that a timeout or cancel kills (``isolation.py``), else in a thread.
+    import_path: str | None = None
 
     def __post_init__(self) -> None:
         if not self.description:

@@ -229,4 +229,5 @@ TOOL = Tool(
     hint="Write one arithmetic expression over the exact numbers in the observations; "
          "an average is (sum of all values) / count, with parentheses around the sum.",
     summary="Exact arithmetic missing: compute it with the calculator from observed values.",
+    import_path="agent.tools.calculator:TOOL",
 )

@@ -97,4 +97,5 @@ TOOL = Tool(
     hint="Ask for exactly one fact by its name.",
     summary="A fact the task needs is missing: look it up.",
     covers=lambda r: r.get("fact"),
+    import_path="agent.tools.facts:TOOL",
 )

@@ -524,6 +524,7 @@ TOOL = Tool(
     hint="Ask in a few words for the values and the rule the task needs.",
     summary="Facts or rule missing: search the pack's knowledge.",
     answer_guide=answer_guide,
+    import_path="agent.tools.knowledge:TOOL",
 )
 
 

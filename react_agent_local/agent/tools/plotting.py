@@ -239,4 +239,5 @@ TOOL = Tool(
     hint="Use every label and its value from the observations, in the same order; "
          "put the calculator's value into \"average\" when the chart needs an average line; give a short title.",
     summary="Structured values ready: draw the chart with plot.",
+    import_path="agent.tools.plotting:TOOL",
 )
