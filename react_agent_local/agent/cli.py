@@ -11,14 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from urllib.parse import urlsplit
 
-from .contracts import Budgets, LocalModelSpec, Sampling
+from pydantic import TypeAdapter, ValidationError
+
+from .contracts import AnthropicSpec, Budgets, LocalModelSpec, ModelSpec, OpenAICompatibleSpec, Sampling
 from .packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError, load_pack
 
 MODEL_CACHE = Path(os.environ.get("REACT_AGENT_MODEL_DIR", Path.home() / ".cache" / "react-agent-local" / "models"))
@@ -116,6 +119,40 @@ def print_metrics(metrics: dict[str, Any] | None) -> None:
 
 # -- commands -------------------------------------------------------------------------------
 
+SERVED_PREFIXES = {"openai:": "openai_compatible", "anthropic:": "anthropic"}
+
+
+def served_spec(args: argparse.Namespace) -> OpenAICompatibleSpec | AnthropicSpec | None:
+    """The served model named by ``--model openai:URL#NAME`` / ``--model anthropic:NAME`` or by
+    ``--served KIND --base-url URL --model-name NAME``; None for a local model."""
+    model = args.model or ""
+    prefix = next((p for p in SERVED_PREFIXES if model.startswith(p)), None)
+    kind = SERVED_PREFIXES[prefix] if prefix else args.served
+    if kind is None:
+        return None
+    base_url, name = args.base_url, args.model_name
+    if prefix == "openai:":
+        base_url, sep, name = model[len(prefix):].partition("#")
+        if not sep:
+            raise ValueError("write openai:BASE_URL#MODEL_NAME, e.g. openai:http://127.0.0.1:8080/v1#qwen")
+    elif prefix == "anthropic:":
+        name = model[len(prefix):]
+    elif name is None:
+        name = args.model
+    if not name:
+        raise ValueError("a served model needs its name (--model-name NAME)")
+    data: dict[str, Any] = {"kind": kind, "model": name}
+    if base_url:
+        data["base_url"] = base_url
+    elif kind == "openai_compatible":
+        raise ValueError("an OpenAI-compatible model needs --base-url (e.g. http://127.0.0.1:8080/v1)")
+    if args.api_key_env:
+        data["api_key_env"] = args.api_key_env
+    if args.strict_tools:
+        data["strict_tools"] = True
+    return TypeAdapter(ModelSpec).validate_python(data)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .model_policy import ModelUnavailable  # noqa: F401  (documented failure type)
     from .runtime import run_agent
@@ -128,8 +165,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (PackError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    model = Path(args.model).expanduser() if args.model else default_model()
-    if model is None:
+    try:
+        served = served_spec(args)
+    except (ValueError, ValidationError) as exc:
+        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        print(f"error: --model: {message}. Nothing was run.", file=sys.stderr)
+        return 2
+    model = None if served else Path(args.model).expanduser() if args.model else default_model()
+    if model is None and served is None:
         print("error: no local model found. Download one first, e.g.\n"
               "  python download_model.py --preset qwen2.5-coder-1.5b-gguf\n"
               "then run again (or pass --model PATH). Nothing was run.", file=sys.stderr)
@@ -141,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sampling = Sampling(**{k: v for k, v in {
             "temperature": args.temperature, "seed": args.seed, "top_p": args.top_p,
             "top_k": args.top_k}.items() if v is not None})
-        spec = LocalModelSpec(path=str(model), backend=args.backend, device=args.device, dtype=args.dtype)
+        spec = served or LocalModelSpec(path=str(model), backend=args.backend, device=args.device, dtype=args.dtype)
     except ValidationError as exc:
         for problem in exc.errors():
             flag = "--" + "-".join(str(part) for part in problem["loc"]).replace("_", "-")
@@ -149,8 +192,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
 
     def load():
-        from .backends import load_policy
-        return load_policy(spec.path, device=spec.device, dtype=spec.dtype, backend=spec.backend)
+        from .backends import load_model
+        from .backends.served import ServedAccess, base_url_of
+
+        # The terminal is the operator: the host named on its command line is allowed (and gets the key).
+        return load_model(spec, ServedAccess.of([urlsplit(base_url_of(spec)).netloc] if served else []))
 
     tools = None
     if args.tools is not None:
@@ -178,6 +224,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
                         tools=tools)
     result = outcome.result
+    _save_events(Path(args.runs_dir) / run_id, outcome.events)
     if args.json:
         print(json.dumps({
             "status": result.status,
@@ -193,7 +240,58 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"\nFINAL: {result.final.answer}\n  evidence: {', '.join(result.final.evidence_ids)}")
         print_metrics(result.metrics.model_dump() if result.metrics else None)
         print(f"artifacts: .runs/{run_id}/artifacts/" if artifact_dir.exists() else "")
+        print(f"trace: .runs/{run_id}/events.jsonl (react-agent explain {run_id})")
     return 0 if result.status == "completed" else 1
+
+
+def _save_events(folder: Path, events: list[dict[str, Any]]) -> None:
+    """The run's trace beside its artifacts, as the runner keeps it (events.jsonl)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(e, ensure_ascii=False, allow_nan=False) + "\n" for e in events)
+        (folder / "events.jsonl").write_text(text, encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        print(f"note: the trace could not be saved ({type(exc).__name__})", file=sys.stderr)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """The model's explanation of a finished run, streamed as it writes."""
+    from .explain import ExplainRefused, explain
+    from .model_policy import ModelUnavailable
+
+    if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", args.run_id):
+        print("error: RUN_ID: letters, digits, _ and - only. Nothing was run.", file=sys.stderr)
+        return 2
+    path = Path(args.runs_dir) / args.run_id / "events.jsonl"
+    try:
+        events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[:1000] if line.strip()]
+    except (OSError, ValueError):
+        print(f"error: no readable trace for run {args.run_id} in the runs folder. Nothing was run.", file=sys.stderr)
+        return 2
+    model = Path(args.model).expanduser() if args.model else default_model()
+    if model is None:
+        print("error: no local model found to explain the run with. Nothing was run.", file=sys.stderr)
+        return 2
+    shown = {"n": 0}
+
+    def on_text(text: str) -> None:
+        print(text[shown["n"]:], end="", flush=True)
+        shown["n"] = max(shown["n"], len(text))
+
+    try:
+        from .backends import load_policy
+
+        policy = load_policy(str(model))
+        result = explain(events, policy, language=args.language, on_text=on_text)
+    except ExplainRefused as exc:
+        print(f"error: {exc.message}. Nothing was run.", file=sys.stderr)
+        return 2
+    except ModelUnavailable as exc:
+        print(f"error: {exc.message}. Nothing was run.", file=sys.stderr)
+        return 2
+    print(result.text[shown["n"]:])
+    print(f"\n[{result.label}]")
+    return 0
 
 
 def cmd_schemas(args: argparse.Namespace) -> int:
@@ -214,7 +312,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a task pack with a real local model")
     run.add_argument("--pack", default=None, help="task pack name or directory (default: the package itself)")
-    run.add_argument("--model", default=None, help="GGUF file or model directory (default: the downloaded 1.5B)")
+    run.add_argument("--model", default=None,
+                     help="GGUF file or model directory (default: the downloaded 1.5B); or a served model: "
+                          "openai:BASE_URL#NAME (an OpenAI-compatible server, e.g. openai:http://127.0.0.1:8080/v1#qwen) "
+                          "or anthropic:NAME")
+    run.add_argument("--served", default=None, choices=["openai_compatible", "anthropic"],
+                     help="a served model given by --base-url and --model-name instead of --model")
+    run.add_argument("--base-url", default=None, help="the served model's base URL (e.g. http://127.0.0.1:8000/v1)")
+    run.add_argument("--model-name", default=None, help="the served model's name, as its server lists it")
+    run.add_argument("--api-key-env", default=None, metavar="NAME",
+                     help="environment variable holding the served model's key (default OPENAI_API_KEY / "
+                          "ANTHROPIC_API_KEY); the key itself is never an argument")
+    run.add_argument("--strict-tools", action="store_true", help="send strict tool schemas (OpenAI's API)")
     run.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
     run.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
@@ -232,6 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--mcp", action="append", default=[], metavar="NAME=COMMAND",
                      help="an MCP server whose tools (NAME.tool) join the run; replaces the pack's server NAME")
     run.set_defaults(func=cmd_run)
+    explain = sub.add_parser("explain", help="the local model explains a finished run (its words, not facts)")
+    explain.add_argument("run_id", metavar="RUN_ID")
+    explain.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
+    explain.add_argument("--model", default=None, help="GGUF file or model directory (default: the downloaded 1.5B)")
+    explain.add_argument("--language", default="en", choices=["en", "zh"])
+    explain.set_defaults(func=cmd_explain)
     schemas = sub.add_parser("schemas", help="check (default) or --write schemas/*.json from contracts.py")
     schemas.add_argument("--write", action="store_true")
     schemas.set_defaults(func=cmd_schemas)

@@ -441,6 +441,17 @@ class InspectRequest(_ModelRequest):
         return _legacy_model(data)
 
 
+class ExplainRequest(_ModelRequest):
+    """``POST /agent/runs/{id}/explain``: which local model explains the run, in which language."""
+
+    language: Literal["en", "zh"] = "zh"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _legacy_model(data)
+
+
 class RunRequest(_ModelRequest):
     """``POST /agent/runs``. Sampling settings are accepted inside ``budgets`` as before
     (``temperature``, ``top_p``, ``top_k``, ``seed``) and top-level ``temperature``; they land in ``sampling``."""

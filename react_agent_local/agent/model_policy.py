@@ -27,18 +27,21 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 FinishReason = Literal["stop", "length", "deadline", "cancelled"]
 
 
 class ModelUnavailable(Exception):
-    """The model cannot be used: missing files, dependency, device or dtype; message is public."""
+    """The model cannot be used: missing files, dependency, device or dtype; message is public.
 
-    def __init__(self, message: str, code: str = "model_unavailable"):
+    ``stop_reason`` is how the run ends (a served model's protocol error is a ``runtime_error``)."""
+
+    def __init__(self, message: str, code: str = "model_unavailable", stop_reason: str = "model_unavailable"):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.stop_reason = stop_reason
 
 
 @dataclass
@@ -55,6 +58,8 @@ class ModelRequest:
     deadline: float | None = None  # time.monotonic() value; generation stops when reached
     cancel: threading.Event = field(default_factory=threading.Event)
     purpose: Literal["decision", "repair"] = "decision"
+    #: Called with the text so far as it grows (backends that decode token by token); for streaming.
+    on_text: Callable[[str], None] | None = None
 
     def should_stop(self) -> FinishReason | None:
         if self.cancel.is_set():
@@ -115,6 +120,9 @@ class Candidate(Generation):
 
     decision: dict[str, Any] | None = None
     protocol_repairs: int = 0  # malformed-but-recoverable replies the policy fixed up (counted)
+    #: (code, message) of a protocol fault the policy saw and could not recover (no tool call,
+    #: arguments that are not JSON): the runtime treats it as an invalid Decision and repairs.
+    fault: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,13 @@ OPTIONS, request bodies of at most 256 KiB counted while they stream. No GET cha
 Every error that crosses HTTP has the shape ``{"error": {"code", "message"}}`` with a stable code:
 bad_request, not_found, forbidden_host, forbidden_origin, method_not_allowed, unsupported_media_type,
 payload_too_large, validation_error, already_finished, model_unavailable, unknown_pack, queue_full,
-runner_busy, internal_error.
+too_many_streams, runner_busy, internal_error.
+
+A run is followed by polling ``GET /agent/runs/{id}?after_seq=n`` or through the Server-Sent Events
+of ``GET /agent/runs/{id}/events`` (R-STREAM, agent/streaming.py). Both read the job store without
+waiting on the worker, on the event loop (no thread pool in the way). OpenTelemetry spans of each
+run (R-OTEL, agent/telemetry.py) are off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``--otel-file``
+is set.
 
 ``REACT_AGENT_TEST_POLICY=<script.json>`` (read by ``main`` only) swaps the model for the scripted
 test policy; every job and ``/status`` then say ``test_policy: true`` and the model is named
@@ -18,6 +24,7 @@ test policy; every job and ``/status`` then say ``test_policy: true`` and the mo
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.metadata
 import json
 import logging
@@ -25,7 +32,9 @@ import os
 import platform
 import re
 import stat
+import queue
 import sys
+import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +42,13 @@ from typing import Any, Callable
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
-from .contracts import RECOMMENDED_BUDGETS, Budgets, InspectRequest, RunRequest, Sampling
+from . import streaming
+from .contracts import RECOMMENDED_BUDGETS, Budgets, ExplainRequest, InspectRequest, RunRequest, Sampling
 from .job_store import JobAlreadyFinished, JobNotFound, JobStore, PolicyFactory, QueueFull, RunFunction
 from .model_policy import ModelUnavailable
 from .packs import DEFAULT_RUNS_DIR, PackError, available_packs, load_pack
@@ -70,18 +80,34 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # --------------------------------------------------------------------------------------------
 
 
-def default_policy_factory(request: RunRequest) -> Callable[[], Any]:
-    """Load (or reuse) the real model inside the run, so the HTTP side never waits on it."""
+def policy_factory_for(allow_model_hosts: tuple[str, ...] = ()) -> PolicyFactory:
+    """Load (or reuse) the real model inside the run, so the HTTP side never waits on it. A served
+    model (R-SERVE) may live on loopback or on one of the operator's ``allow_model_hosts``."""
 
-    def load() -> Any:
-        try:
-            from .backends import load_policy
-        except ImportError as exc:
-            raise ModelUnavailable(f"model backends cannot be imported ({type(exc).__name__})") from None
-        spec = request.model
-        return load_policy(spec.path, spec.device, spec.dtype, spec.backend)
+    def factory(request: RunRequest) -> Callable[[], Any]:
+        def load() -> Any:
+            try:
+                from .backends import load_model
+                from .backends.served import ServedAccess
+            except ImportError as exc:
+                raise ModelUnavailable(f"model backends cannot be imported ({type(exc).__name__})") from None
+            return load_model(request.model, ServedAccess.of(allow_model_hosts))
 
-    return load
+        return load
+
+    return factory
+
+
+default_policy_factory = policy_factory_for()
+
+
+def _load_explainer(body: Any) -> Any:
+    try:
+        from .backends import load_policy
+    except ImportError as exc:
+        raise ModelUnavailable(f"model backends cannot be imported ({type(exc).__name__})") from None
+    spec = body.model
+    return load_policy(spec.path, spec.device, spec.dtype, spec.backend)
 
 
 def _default_run_fn(*args: Any, **kwargs: Any) -> Any:
@@ -106,6 +132,20 @@ class RunnerSettings:
     test_policy: bool = False
     #: The tools this runner offers (default: the package's); a run gets those its pack names.
     tools: ToolRegistry | None = None
+    #: The model that explains a finished run (default: the local model the request names).
+    explain_policy_factory: Callable[[Any], Any] = field(default=lambda body: _load_explainer(body))
+    #: Hosts a served model may live on besides loopback (``--allow-model-host``); they alone get keys.
+    allow_model_hosts: tuple[str, ...] = ()
+    #: Event streams open at once at most; one more is refused with 429 too_many_streams.
+    max_streams: int = 200
+    #: Seconds one stream write may take; a client that stopped reading is cut off after it.
+    stream_send_seconds: float = 10.0
+    #: Seconds between keep-alive comments on a quiet stream.
+    stream_ping_seconds: float = 15.0
+    #: Seconds a stream stays open; then it ends and the browser resumes it with Last-Event-ID.
+    stream_max_seconds: float = 300.0
+    #: OpenTelemetry export (agent/telemetry.Telemetry); None, the default, means off.
+    telemetry: Any = None
 
 
 class ApiError(Exception):
@@ -234,7 +274,9 @@ class BrowserBoundary:
         async def send_with_headers(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message = dict(message)
-                message["headers"] = list(message.get("headers", [])) + cors + _SECURITY_HEADERS
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}  # the event stream sets its own Cache-Control
+                message["headers"] = headers + cors + [h for h in _SECURITY_HEADERS if h[0] not in present]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -357,6 +399,36 @@ def _loaded_models() -> list[dict[str, Any]]:
         return []
 
 
+def _explanation_lines(explain: Callable, events: list[dict[str, Any]], policy: Any, language: str) -> Any:
+    """NDJSON lines: the text as the model writes it, then the labelled result (or an error)."""
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    sent = {"n": 0}
+
+    def on_text(text: str) -> None:
+        if len(text) > sent["n"]:
+            lines.put(json.dumps({"delta": redact(text[sent["n"]:])}, ensure_ascii=False).encode() + b"\n")
+            sent["n"] = len(text)
+
+    def work() -> None:
+        try:
+            result = explain(events, policy, language=language, on_text=on_text)
+            lines.put(json.dumps({"done": True, **result.public()}, ensure_ascii=False).encode() + b"\n")
+        except ModelUnavailable as exc:
+            lines.put(json.dumps({"done": True, "error": error_body(exc.code, redact(exc.message))["error"]}).encode() + b"\n")
+        except Exception as exc:  # noqa: BLE001 -- the stream ends with a structured error, the server lives
+            lines.put(json.dumps({"done": True, "error": {"code": "explain_failed",
+                                                          "message": type(exc).__name__}}).encode() + b"\n")
+        finally:
+            lines.put(None)
+
+    threading.Thread(target=work, name="explain", daemon=True).start()
+    while True:
+        line = lines.get()
+        if line is None:
+            return
+        yield line
+
+
 def _check_narrowed_tools(body: RunRequest) -> None:
     """A request may narrow the pack's tools, never widen them, and must leave the required ones."""
     try:
@@ -390,7 +462,22 @@ def pack_list() -> list[dict[str, Any]]:
     return packs
 
 
+def _check_served_host(request: RunRequest, allow_model_hosts: tuple[str, ...]) -> None:
+    """A served model's host is checked before the job is queued (and again when it loads)."""
+    from .backends.served import ServedAccess, ServedModelError, base_url_of
+
+    try:
+        ServedAccess.of(allow_model_hosts).endpoint(base_url_of(request.model))
+    except ServedModelError as exc:
+        raise ApiError(400, "model_unavailable", exc.message, reason=exc.code) from None
+
+
 def _public_model(request: RunRequest, test_policy: bool) -> dict[str, Any]:
+    if request.model.kind != "local":  # served: its name, host and a hash (never a key)
+        from .backends.served import public_hash
+
+        return {"name": redact(request.model.model)[:120], "path_hash": public_hash(request.model),
+                "test_policy": test_policy, "kind": request.model.kind}
     if test_policy:
         return {"name": TEST_POLICY_NAME, "path_hash": path_hash(request.model_path), "test_policy": True}
     try:  # the same name and hash that model.load.completed will show (the resolved model file)
@@ -418,13 +505,20 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         names = [n for n in pack.task.tool_names if n in tools and (allowed_tools is None or n in allowed_tools)]
         return settings.run_fn(pack, *args, tools=tools.subset(names), **kwargs)
 
-    store = JobStore(settings.runs_dir, run_with_tools, settings.policy_factory,
-                     max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued)
+    telemetry = settings.telemetry
+    policy_factory = (policy_factory_for(tuple(settings.allow_model_hosts))
+                      if settings.policy_factory is default_policy_factory else settings.policy_factory)
+    store = JobStore(settings.runs_dir, run_with_tools, policy_factory,
+                     max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued,
+                     observer_factory=telemetry.observer if telemetry is not None else None)
+    streams = streaming.StreamSlots(settings.max_streams)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         store.close()
+        if telemetry is not None:
+            telemetry.shutdown()
 
     app = FastAPI(title="ReAct Agent Local runner", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None, responses=_ERROR_RESPONSES)
@@ -470,7 +564,11 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             "queue_length": store.queue_length,
             "running_job": store.running_id,
             "test_policy": settings.test_policy,
-            "limits": {"max_body_bytes": settings.max_body_bytes, "max_queued": settings.max_queued},
+            "served_models": {"kinds": ["openai_compatible", "anthropic"],
+                              "allowed_hosts": ["loopback", *settings.allow_model_hosts]},
+            "limits": {"max_body_bytes": settings.max_body_bytes, "max_queued": settings.max_queued,
+                       "max_streams": settings.max_streams},
+            "streams_open": streams.open,
         })
 
     @app.get("/schema")
@@ -511,13 +609,18 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         200 with the report when the model is usable; otherwise 400 ``model_unavailable`` whose
         error carries ``reason`` (the backend's code) and the same ``report``.
         """
-        check_model_path(body.model_path)
+        if body.model.kind == "local":
+            check_model_path(body.model_path)
         try:
-            from .backends import inspect_model as inspect
+            from .backends import inspect_model as inspect, inspect_served
+            from .backends.served import ServedAccess
         except ImportError as exc:
             raise ApiError(400, "model_unavailable", f"model backends cannot be imported ({type(exc).__name__})")
         try:
-            report = inspect(body.model.path, body.model.device, body.model.dtype, body.model.backend)
+            if body.model.kind != "local":  # served: host allowed, SDK, key, GET /models (5 s)
+                report = inspect_served(body.model, ServedAccess.of(settings.allow_model_hosts))
+            else:
+                report = inspect(body.model.path, body.model.device, body.model.dtype, body.model.backend)
         except ModelUnavailable as exc:
             # One stable code for the page; the backend's finer reason (not_a_model, ...) rides along.
             raise ApiError(400, "model_unavailable", redact(exc.message), reason=exc.code) from None
@@ -546,7 +649,10 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     @app.post("/agent/runs", status_code=202)
     def create_run(body: RunRequest) -> JSONResponse:
         """Queue one agent job; 202 with its public view (poll it with after_seq)."""
-        check_model_path(body.model_path, must_exist=not settings.test_policy)
+        if body.model.kind == "local":
+            check_model_path(body.model_path, must_exist=not settings.test_policy)
+        else:
+            _check_served_host(body, settings.allow_model_hosts)
         if (body.pack or "default") not in available_packs():
             raise ApiError(400, "unknown_pack", f"unknown pack; known: {', '.join(available_packs())}")
         if body.tools is not None:
@@ -565,16 +671,47 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
                              "running_job": store.running_id})
 
     @app.get("/agent/runs/{run_id}")
-    def get_run(run_id: str, after_seq: str = Query("0", pattern=r"^[0-9]{1,10}$",
-                                                     description="Integer 0..10**9: return events with seq > after_seq.")) -> JSONResponse:
+    async def get_run(run_id: str, after_seq: str = Query("0", pattern=r"^[0-9]{1,10}$",
+                                                           description="Integer 0..10**9: return events with seq > after_seq.")) -> Response:
         """Status, events after ``after_seq`` in order, last_seq, and final/metrics/error when terminal."""
-        seq = int(after_seq)
-        if seq > 10**9:
+        seq = streaming.parse_seq(after_seq)
+        if seq is None:
             raise ApiError(422, "validation_error", "after_seq must be an integer from 0 to 1000000000")
-        try:
-            return JSONResponse(store.view(run_id, seq))
+        try:  # in-memory only (no store lock, no disk), so it runs on the event loop
+            return Response(store.view_json(run_id, seq), media_type="application/json")
         except JobNotFound:
             raise ApiError(404, "not_found", "no such run") from None
+
+    @app.get("/agent/runs/{run_id}/events", status_code=200, responses={
+        200: {"content": {"text/event-stream": {}},
+              "description": "One SSE event per trace event (id = seq); ends after run.finished."},
+        204: {"description": "The run has finished and nothing is left after the given seq."},
+    })
+    async def stream_run_events(
+        request: Request, run_id: str,
+        after_seq: str = Query("0", pattern=r"^[0-9]{1,10}$",
+                               description="Integer 0..10**9: stream events with seq > after_seq "
+                                           "(a Last-Event-ID header takes precedence)."),
+    ) -> Response:
+        """Follow a run as Server-Sent Events (R-STREAM); resume with Last-Event-ID or after_seq."""
+        resume = request.headers.getlist("last-event-id")
+        seq = streaming.parse_seq(resume[0].strip() if len(resume) == 1 else after_seq if not resume else None)
+        if seq is None:
+            raise ApiError(422, "validation_error",
+                           "after_seq and Last-Event-ID must be one integer from 0 to 1000000000")
+        try:
+            if store.finished_after(run_id, seq):
+                return Response(status_code=204)
+        except JobNotFound:
+            raise ApiError(404, "not_found", "no such run") from None
+        if not streams.take():
+            return JSONResponse(error_body("too_many_streams", f"{streams.limit} event streams are open; "
+                                                               "poll with after_seq or retry later"),
+                                status_code=429, headers={"retry-after": "5"})
+        until = asyncio.get_running_loop().time() + settings.stream_max_seconds
+        return streaming.event_stream(store.follow(run_id, seq, until=until), release=streams.release,
+                                      ping_seconds=settings.stream_ping_seconds,
+                                      send_seconds=settings.stream_send_seconds)
 
     @app.post("/agent/runs/{run_id}/cancel")
     def cancel_run(run_id: str) -> JSONResponse:
@@ -585,6 +722,32 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             raise ApiError(404, "not_found", "no such run") from None
         except JobAlreadyFinished as exc:
             raise ApiError(409, "already_finished", str(exc)) from None
+
+    @app.post("/agent/runs/{run_id}/explain", responses={
+        200: {"content": {"application/x-ndjson": {}},
+              "description": "Lines of JSON: {\"delta\": text} as the model writes, then {\"done\": true, ...}."}})
+    def explain_run(run_id: str, body: ExplainRequest) -> Response:
+        """The model's short explanation of a finished run (labelled as its words, not facts)."""
+        from .explain import ExplainRefused, explain, trace_digest
+
+        try:
+            view = store.view(run_id, 0)
+        except JobNotFound:
+            raise ApiError(404, "not_found", "no such run") from None
+        if view["status"] in ("queued", "running"):
+            raise ApiError(409, "run_not_finished", "the run is still going; explain it when it has finished")
+        try:
+            trace_digest(view["events"])  # refuse before any model is loaded
+        except ExplainRefused as exc:
+            raise ApiError(409, exc.code, exc.message) from None
+        if not settings.test_policy:
+            check_model_path(body.model_path)
+        try:
+            policy = settings.explain_policy_factory(body)
+        except ModelUnavailable as exc:
+            raise ApiError(409, "model_unavailable", redact(exc.message)) from None
+        return StreamingResponse(_explanation_lines(explain, view["events"], policy, body.language),
+                                 media_type="application/x-ndjson")
 
     @app.get("/agent/runs/{run_id}/artifacts/{artifact_id}",
              responses={200: {"content": {"image/png": {}}, "description": "The PNG."}})
@@ -632,9 +795,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--allow-origin", action="append", dest="allow_origins", metavar="ORIGIN",
                         help=f"exact Origin allowed to call the runner (repeatable; default {', '.join(DEFAULT_ORIGINS)})")
     parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR)
+    parser.add_argument("--allow-model-host", action="append", dest="allow_model_hosts", default=[], metavar="HOST",
+                        help="a served model's host (HOST or HOST:PORT) runs may use besides loopback, and the only "
+                             "hosts that get an API key from this process's environment (repeatable)")
     parser.add_argument("--max-runs", type=int, default=200, help="finished runs kept on disk (oldest deleted)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.add_argument("--otel-file", type=Path, metavar="PATH",
+                        help="write OpenTelemetry spans of each run to PATH as JSON lines "
+                             "(OTEL_EXPORTER_OTLP_ENDPOINT sends them to an OTLP collector instead or as well)")
     args = parser.parse_args(argv)
     if args.host.lower() not in LOOPBACK_HOSTS:
         parser.error(f"--host must be one of {', '.join(LOOPBACK_HOSTS)}: the runner is loopback only")
@@ -645,6 +814,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     for origin in args.allow_origins or ():
         if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
             parser.error(f"--allow-origin must be scheme://host[:port] without a path: {origin!r}")
+    for host in args.allow_model_hosts:
+        if not re.fullmatch(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?", host):
+            parser.error(f"--allow-model-host must be HOST or HOST:PORT (no scheme, path or wildcard): {host!r}")
     return args
 
 
@@ -709,6 +881,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     settings = RunnerSettings(host=args.host.lower(), port=args.port, runs_dir=args.runs_dir,
+                              allow_model_hosts=tuple(args.allow_model_hosts),
                               allow_origins=tuple(args.allow_origins or DEFAULT_ORIGINS), max_runs=args.max_runs)
     script_file = os.environ.get(TEST_POLICY_ENV)
     if script_file:
@@ -717,6 +890,15 @@ def main(argv: list[str] | None = None) -> None:
         settings.test_policy = True
         print(f"WARNING: {TEST_POLICY_ENV} is set: every job uses the scripted TEST policy, not a model.",
               file=sys.stderr, flush=True)
+    try:
+        from .telemetry import from_environment
+
+        settings.telemetry = from_environment(args.otel_file)
+    except (ImportError, OSError) as exc:
+        print(f"error: OpenTelemetry export cannot start: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if settings.telemetry is not None:
+        print(f"OpenTelemetry spans of each run: {settings.telemetry.description}", flush=True)
     bind = "127.0.0.1" if settings.host == "localhost" else settings.host
     app = create_app(settings)
     shown = f"[{bind}]" if ":" in bind else bind

@@ -329,6 +329,8 @@ class LlamaCppPolicy(ContinuationPolicy):
                     break
                 out.append(token)
                 text = llm.detokenize(out, prev_tokens=tokens).decode("utf-8", errors="ignore")
+                if request.on_text is not None:
+                    request.on_text(text)
                 end = complete_json_end(text)
                 if end is not None:
                     text, finish = text[:end], "stop"

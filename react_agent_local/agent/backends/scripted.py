@@ -65,6 +65,8 @@ class ScriptedPolicy(ContinuationPolicy):
             text = step(request)
         else:
             text = step
+        if request.on_text is not None and text:
+            request.on_text(text)
         prompt = "".join(m["content"] for m in request.messages) + request.prefix
         output_tokens = min(count_tokens(text), request.max_new_tokens)
         if count_tokens(text) > request.max_new_tokens:
