@@ -59,8 +59,9 @@ def action(tool: str, arguments: dict) -> str:
     return json.dumps({"type": "action", "tool": tool, "arguments": arguments})
 
 
-def children() -> set[int]:
-    """Live (not zombie) child processes of this test process."""
+def server_processes() -> set[int]:
+    """Live (not zombie) MCP server processes of this test process: the SDK starts each server as
+    the leader of a new session, unlike the runtime's own tool worker."""
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -68,8 +69,8 @@ def children() -> set[int]:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            if int(ppid) == os.getpid() and state != "Z":
+            state, ppid, _group, session = stat.rsplit(")", 1)[1].split()[:4]
+            if int(ppid) == os.getpid() and state != "Z" and int(session) == int(entry):
                 found.add(int(entry))
     return found
 
@@ -79,9 +80,9 @@ def no_leftover_servers():
     """After the test, every server process it started is gone (they never outlive their run)."""
     if not Path("/proc/self/stat").exists():
         pytest.skip("needs /proc to see child processes")
-    before = children()
+    before = server_processes()
     yield
-    assert children() - before == set()
+    assert server_processes() - before == set()
 
 
 def error_of(outcome) -> tuple[str, str, str]:
