@@ -198,19 +198,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         # The terminal is the operator: the host named on its command line is allowed (and gets the key).
         return load_model(spec, ServedAccess.of([urlsplit(base_url_of(spec)).netloc] if served else []))
 
-    tools = None
+    allowed = None
     if args.tools is not None:
-        from .tools import registry_for
-
-        wanted = [t.strip() for t in args.tools.split(",") if t.strip()]
-        extra = [t for t in wanted if t not in pack.task.tool_names]
-        missing = [t for t in pack.task.required_tools if t not in wanted]
+        allowed = [t.strip() for t in args.tools.split(",") if t.strip()]
+        extra = [t for t in allowed if t not in pack.task.tool_names]
+        missing = [t for t in pack.task.required_tools if t not in allowed]
         if extra or missing:
             print(f"error: --tools: {'not tools of the pack: ' + ', '.join(extra) if extra else ''}"
                   f"{'; ' if extra and missing else ''}{'the pack needs: ' + ', '.join(missing) if missing else ''}."
                   " Nothing was run.", file=sys.stderr)
             return 2
-        tools = registry_for(wanted)
 
     run_id = "cli-" + secrets.token_hex(6)
     artifact_dir = Path(args.runs_dir) / run_id / "artifacts"
@@ -222,7 +219,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(line, flush=True)
 
     outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
-                        tools=tools)
+                        allowed_tools=allowed)
     result = outcome.result
     _save_events(Path(args.runs_dir) / run_id, outcome.events)
     if args.json:

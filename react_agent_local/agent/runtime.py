@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .claims import ResolvedCheck, check_claims, evidence_numbers, fmt, number_forms, resolve_checks
 from .contracts import (
@@ -81,12 +81,14 @@ class Run:
 
     def __init__(self, pack: TaskPack, policy: PolicySource, budgets: Budgets, *, artifact_dir: Path,
                  cancel: threading.Event | None, sink: Callable[[dict[str, Any]], None] | None,
-                 tools: ToolRegistry | None, mode: str | None, sampling: Sampling | None = None):
+                 tools: ToolRegistry | None, mode: str | None, sampling: Sampling | None = None,
+                 allowed_tools: Iterable[str] | None = None):
         self.pack = pack
         self.policy_source = policy
         self.policy: Policy | None = None
         self.budgets = budgets
         self.sampling = sampling or Sampling()
+        self.allowed_tools = set(allowed_tools) if allowed_tools is not None else None
         self.tools = tools
         self.mode = mode or pack.task.mode
         self.language = goal_language(pack.task.goal)
@@ -171,6 +173,8 @@ class Run:
                 raise _Stop("runtime_error", ToolErrorInfo(code="tool_runtime", message=str(exc)[:300])) from None
             # MCP tools the pack does not name never reach a prompt.
             self.tools = composed.subset(n for n in composed.names if n in self.tools or n in task.tool_names)
+        if self.allowed_tools is not None:  # a request narrowed the pack's tools (never widens them)
+            self.tools = self.tools.subset(n for n in self.tools.names if n in self.allowed_tools)
         # A registry passed in (the runner's, narrowed by a request) may leave out optional tools,
         # never required ones.
         missing = [t for t in task.required_tools if t not in self.tools]
@@ -660,8 +664,9 @@ def _isolatable(tool: Any) -> bool:
 def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = None, *, artifact_dir: Path,
               cancel: threading.Event | None = None, sink: Callable[[dict[str, Any]], None] | None = None,
               tools: ToolRegistry | None = None, mode: str | None = None,
-              sampling: Sampling | None = None) -> RunOutcome:
-    """Run one task to a terminal state. ``policy`` may be a loaded Policy or a loader callable."""
+              sampling: Sampling | None = None, allowed_tools: Iterable[str] | None = None) -> RunOutcome:
+    """Run one task to a terminal state. ``policy`` may be a loaded Policy or a loader callable.
+    ``allowed_tools`` narrows the pack's tools (MCP ones included); it never adds any."""
     run = Run(pack, policy, budgets or Budgets(), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
-              tools=tools, mode=mode, sampling=sampling)
+              tools=tools, mode=mode, sampling=sampling, allowed_tools=allowed_tools)
     return run.execute()

@@ -499,10 +499,11 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     settings = settings or RunnerSettings()
     tools = settings.tools if settings.tools is not None else catalog()
 
-    def run_with_tools(pack: Any, *args: Any, allowed_tools: list[str] | None = None, **kwargs: Any) -> Any:
-        # Every run reads the registry of this runner, narrowed to the pack's tools and to what the
-        # request allows; a pack naming a tool the runner lacks fails the run with pack_invalid.
-        names = [n for n in pack.task.tool_names if n in tools and (allowed_tools is None or n in allowed_tools)]
+    def run_with_tools(pack: Any, *args: Any, **kwargs: Any) -> Any:
+        # Every run reads the registry of this runner, narrowed to the pack's tools (and by the
+        # runtime to what the request allows: allowed_tools); a pack naming a tool the runner lacks
+        # fails the run with pack_invalid.
+        names = [n for n in pack.task.tool_names if n in tools]
         return settings.run_fn(pack, *args, tools=tools.subset(names), **kwargs)
 
     telemetry = settings.telemetry
