@@ -17,16 +17,11 @@ field boosts: a chunk's section heading is indexed twice, and each file's ``# ti
 every chunk of that file (so naming the document in a query favours no single chunk). Ties keep
 document order, so results are deterministic.
 
-Data (``data``), parsed from *all* files, not only the returned chunks:
-
-* ``batches``: every markdown table whose header has a "Task Success" column (case-insensitive;
-  extra words such as "Task Success (%)" are fine). The label column is the first header naming a
-  batch/name/region/group/segment/split/label, else the first other column. Cells may carry a
-  trailing ``%`` or ``**bold**``. The same label with two different values is a parse error.
-* ``release_rule``: lines of the form ``average_gte: 78`` and ``every_batch_gte: 70`` (``=`` also
-  accepted, optional list marker ``-``/``*``, optional backticks around the key, optional ``%``),
-  anywhere in a file, e.g. as a list in a "Release rule" section or inside a fenced
-  ```` ```release-rule ```` block. Both keys are required; conflicting repeats are a parse error.
+Data (``data``), parsed from *all* files, not only the returned chunks, by ``records.py``: the
+values of a table whose value column is a task-success rate (``batches``: label -> number) and the
+release rule (``average_gte``, ``every_batch_gte``), in the many ways people write them. Where no
+record can be read, the search still returns its chunks with ``data`` empty and ``data_error``
+naming the files and what is missing.
 
 Numbers that are integral come back as ``int`` (``72``, not ``72.0``).
 
@@ -38,8 +33,7 @@ Errors (``ToolError``; messages name files by file name only):
 
 * ``knowledge_read_failed``: folder missing or without ``*.md`` files, a file not UTF-8 or not
   permitted (``retryable=False``); a transient ``OSError`` while reading (``retryable=True``).
-* ``knowledge_parse_failed``: no chunk, no Task Success table or no complete release rule, or
-  conflicting values (``retryable=False``).
+* ``knowledge_parse_failed``: the files hold no searchable text (``retryable=False``).
 
 The parsed index is cached per (folder, file names, mtimes, sizes), so repeated searches in one run
 only re-``stat`` the files.
@@ -54,7 +48,6 @@ import stat
 import threading
 import unicodedata
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +60,9 @@ MAX_FILE_BYTES = 1024 * 1024
 CHUNK_CHARS = 600
 _CACHE_LIMIT = 8
 
-RULE_KEYS = ("average_gte", "every_batch_gte")
-_LABEL_HEADERS = ("batch", "name", "region", "group", "segment", "split", "label")
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
 _FENCE = re.compile(r"^\s{0,3}(```|~~~)")
-_TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
-_RULE_LINE = re.compile(
-    r"^\s*(?:[-*+]\s+)?`?(average_gte|every_batch_gte)`?\s*[:=]\s*`?"
-    r"([+-]?\d+(?:\.\d+)?)\s*%?`?\s*$",
-    re.IGNORECASE,
-)
-_NUMBER_CELL = re.compile(r"^[+-]?\d+(?:\.\d+)?$")
 _TOKEN = re.compile(
     r"[a-z]+|\d+(?:\.\d+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
 )
@@ -116,22 +100,6 @@ def tokenize(text: str) -> list[str]:
             tok = _stem(tok)
         tokens.append(tok)
     return tokens
-
-
-def _number(text: str) -> int | float | None:
-    """Parse ``72``, ``72.5``, ``72 %``, ``**72%**``; integral values come back as int."""
-    cleaned = text.strip().strip("*_`").strip().rstrip("%").strip()
-    if not _NUMBER_CELL.match(cleaned):
-        return None
-    try:
-        value = Decimal(cleaned)
-    except InvalidOperation:
-        return None
-    return int(value) if value == value.to_integral_value() else float(value)
-
-
-def _clean_label(text: str) -> str:
-    return text.strip().strip("*_`").strip()
 
 
 # --------------------------------------------------------------------------------------------
