@@ -40,6 +40,7 @@ from .model_policy import Candidate, DecisionRequest, ModelUnavailable, Policy
 from .packs import TaskPack, goal_language, item_key
 from .prompting import VISIBLE_OBSERVATIONS, Branch, PromptState, guide_check_lines
 from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError, registry_for
+from .tools.isolation import SUPPORTED as ISOLATION_SUPPORTED
 from .tools.isolation import load_tool, worker
 from .trace import Trace, sha256_text
 
@@ -440,7 +441,7 @@ class Run:
         spec = self.tools.get(tool)
         started = time.monotonic()
         wait_until = min(started + spec.timeout_seconds, self.deadline)
-        if spec.import_path and _isolatable(spec):
+        if spec.import_path and ISOLATION_SUPPORTED and _isolatable(spec):
             try:
                 result = worker().run(spec, arguments.model_dump(), self.ctx, wait_until=wait_until, cancel=self.cancel)
             finally:

@@ -2,10 +2,12 @@
 
 A Python thread cannot be stopped, so a tool that hangs or spins in a thread keeps its CPU and may
 still write its artifact after the runtime has moved on. Here a tool with an ``import_path`` runs in
-a child process (``spawn``, so nothing of the parent's state is shared): the parent sends the tool's
-import path, the validated arguments and the context, and waits on the pipe for at most the time the
-runtime allows. When that passes, or the run is cancelled, the child is killed (SIGKILL after a short
-SIGTERM) and replaced by a fresh one on the next attempt.
+a child process -- a fresh interpreter started with ``subprocess`` (not ``multiprocessing``, whose
+``spawn`` re-imports the parent's main script, which an embedding program, a notebook or ``python -``
+may not have): the parent sends the tool's import path, the validated arguments and the context over
+a pipe and waits for at most the time the runtime allows. When that passes, or the run is cancelled,
+the child is killed (SIGKILL after a short SIGTERM) and replaced by a fresh one on the next attempt.
+Where file descriptors cannot be passed (Windows), tools run in a thread as before.
 
 Artifacts: the child writes into a staging folder inside the run's artifact folder; the parent moves
 the files into place only when the attempt succeeded, and removes the staging folder whatever
@@ -19,11 +21,13 @@ test, closures) run in a thread as before.
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +44,20 @@ def load_tool(import_path: str) -> Tool:
     return tool
 
 
-def _serve(conn: Any) -> None:
+SUPPORTED = os.name == "posix"
+
+
+def child_main(read_fd: int, write_fd: int) -> None:
+    """Entry point of the worker process (``python -c``): serve requests until the pipe closes."""
+    _serve(Connection(read_fd, writable=False), Connection(write_fd, readable=False))
+
+
+def _serve(requests: Any, replies: Any) -> None:
     """The child's loop: one request at a time, one reply each; exits when the pipe closes."""
     tools: dict[str, Tool] = {}
     while True:
         try:
-            import_path, arguments, knowledge_dir, staging_dir, pack_dir = conn.recv()
+            import_path, arguments, knowledge_dir, staging_dir, pack_dir = requests.recv()
         except (EOFError, OSError):
             return
         try:
@@ -59,7 +71,7 @@ def _serve(conn: Any) -> None:
         except Exception as exc:  # noqa: BLE001 -- a tool bug is a non-retryable tool error
             reply = ("error", "tool_crashed", f"the tool raised {type(exc).__name__}", False)
         try:
-            conn.send(reply)
+            replies.send(reply)
         except (OSError, ValueError):
             return
 
@@ -69,32 +81,44 @@ class ToolWorker:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: Any = None
+        self._process: subprocess.Popen | None = None
+        self._send: Any = None
         self._conn: Any = None
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None and self._process.is_alive() else None
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        parent, child = context.Pipe()
-        process = context.Process(target=_serve, args=(child,), name="agent-tool-worker", daemon=True)
-        process.start()
-        child.close()
-        self._process, self._conn = process, parent
+        to_child_r, to_child_w = os.pipe()
+        to_parent_r, to_parent_w = os.pipe()
+        # The child imports what the parent can: the same interpreter and the same sys.path.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c",
+                 f"from agent.tools.isolation import child_main; child_main({to_child_r}, {to_parent_w})"],
+                pass_fds=(to_child_r, to_parent_w), env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        finally:
+            os.close(to_child_r)
+            os.close(to_parent_w)
+        self._process = process
+        self._send = Connection(to_child_w, readable=False)
+        self._conn = Connection(to_parent_r, writable=False)
 
     def kill(self) -> None:
-        process, conn = self._process, self._conn
-        self._process = self._conn = None
-        if conn is not None:
-            conn.close()
-        if process is not None and process.is_alive():
+        process, send, conn = self._process, self._send, self._conn
+        self._process = self._send = self._conn = None
+        for end in (send, conn):
+            if end is not None:
+                end.close()
+        if process is not None and process.poll() is None:
             process.terminate()
-            process.join(_KILL_GRACE_SECONDS)
-            if process.is_alive():
+            try:
+                process.wait(_KILL_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
                 process.kill()
-                process.join(1.0)
+                process.wait(1.0)
 
     def run(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext, *, wait_until: float,
             cancel: threading.Event) -> dict[str, Any] | None:
@@ -102,10 +126,11 @@ class ToolWorker:
         killed). A ToolError from the tool is raised as is."""
         staging = Path(ctx.artifact_dir) / f".attempt-{os.getpid()}-{time.monotonic_ns()}"
         with self._lock:
-            if self._process is None or not self._process.is_alive():
+            if self._process is None or self._process.poll() is not None:
+                self.kill()
                 self._start()
             try:
-                self._conn.send((tool.import_path, arguments, str(ctx.knowledge_dir), str(staging),
+                self._send.send((tool.import_path, arguments, str(ctx.knowledge_dir), str(staging),
                                  str(ctx.pack_dir) if ctx.pack_dir else None))
                 reply = None
                 while reply is None:
