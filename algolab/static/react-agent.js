@@ -322,7 +322,8 @@
   function newRun(id, status) {
     return { id, status: status || 'queued', stopReason: null, events: new Map(), lastSeq: 0, final: null,
       metrics: null, error: null, polling: true, failures: 0, pngFor: null, finishedSeen: false,
-      runnerBase: S.runner, testPolicy: S.testPolicy };
+      runnerBase: S.runner, testPolicy: S.testPolicy,
+      transport: null, stream: null, streamOpens: 0, streamRetries: 0 };
   }
 
   function setTestPolicyLabels(on) {
@@ -604,7 +605,8 @@
     if (runActive()) reasons.push('已有运行进行中');
     $('run-start').disabled = reasons.length > 0;
     $('run-start').textContent = S.testPolicy ? '启动运行（测试策略）' : '启动真实运行';
-    $('start-reason').textContent = reasons.length ? '不能启动：' + reasons.join('；') : '准备就绪：启动后浏览器每 500 ms 按 after_seq 增量轮询。';
+    $('start-reason').textContent = reasons.length ? '不能启动：' + reasons.join('；')
+      : '准备就绪：启动后浏览器通过 SSE 事件流跟随运行（打不开时改为每 500 ms 按 after_seq 增量轮询）。';
     $('model-inspect').disabled = !S.runner;
   }
 
@@ -628,7 +630,93 @@
     S.run = newRun(String(res.data.id), res.data.status);
     renderRun();
     updateStartButton();
-    poll(S.run);
+    follow(S.run);
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Following a run: Server-Sent Events first, after_seq polling when the stream cannot be opened
+  // ------------------------------------------------------------------------------------------
+
+  const STREAM_RETRIES = 5;  // consecutive failed (re)connections before falling back to polling
+
+  function follow(run) {
+    if (typeof EventSource === 'function') openStream(run);
+    else poll(run);
+  }
+
+  /** One EventSource at a time, opened after the highest merged seq, so a reconnect neither skips
+   *  nor repeats an event (and merging by seq would drop a repeat anyway). The browser's own
+   *  reconnect is not used: each reconnect is a new EventSource with ?after_seq=lastSeq. */
+  function openStream(run) {
+    if (S.run !== run || !run.polling) return;
+    const url = run.runnerBase + '/agent/runs/' + encodeURIComponent(run.id) + '/events?after_seq=' + run.lastSeq;
+    let es;
+    try {
+      es = new EventSource(url);
+    } catch (e) {
+      fallBackToPolling(run);
+      return;
+    }
+    run.stream = es;
+    let opened = false;
+    es.onopen = () => {
+      opened = true;
+      run.streamOpens += 1;
+      run.transport = 'stream';
+      renderRun();
+    };
+    es.onmessage = (msg) => {
+      if (S.run !== run || run.stream !== es) { es.close(); return; }
+      let event;
+      try { event = JSON.parse(msg.data); } catch (e) { return; }
+      run.streamRetries = 0;
+      run.failures = 0;
+      $('run-error').hidden = true;
+      mergeRunView(run, { events: [event] });
+      if (run.finishedSeen) {
+        closeStream(run);
+        poll(run);  // one read of the finished view: status, final, metrics, error
+        return;
+      }
+      scheduleRender(run);
+    };
+    es.onerror = () => {
+      if (run.stream !== es) return;
+      closeStream(run);
+      if (S.run !== run || !run.polling) return;
+      run.streamRetries += 1;
+      // Never opened (a 4xx such as 429 too_many_streams, an old runner without the route) or failing
+      // again and again: poll instead. Otherwise the stream was cut or reached its lifetime: resume it.
+      if (!opened || run.streamRetries > STREAM_RETRIES) {
+        fallBackToPolling(run);
+        return;
+      }
+      setTimeout(() => openStream(run), 300 * run.streamRetries);
+    };
+  }
+
+  function closeStream(run) {
+    if (run.stream) {
+      run.stream.close();
+      run.stream = null;
+    }
+  }
+
+  function fallBackToPolling(run) {
+    closeStream(run);
+    run.transport = 'poll';
+    renderRun();
+    poll(run);
+  }
+
+  let renderQueued = false;
+  function scheduleRender(run) {  // events can arrive faster than the page needs to redraw
+    if (renderQueued) return;
+    renderQueued = true;
+    requestAnimationFrame(() => {
+      renderQueued = false;
+      if (S.run === run) renderRun();
+    });
   }
 
   async function poll(run) {
@@ -645,6 +733,7 @@
           run.polling = false;
           renderRun();
           updateStartButton();
+    if (run.polling && run.transport !== 'stream') run.transport = 'poll';
           return;
         }
       } else {
@@ -669,7 +758,15 @@
     for (const event of view.events || []) {
       if (!event || typeof event.seq !== 'number') continue;
       run.events.set(event.seq, event);
-      if (event.type === 'run.finished') run.finishedSeen = true;
+      if (event.type === 'run.finished') {
+        run.finishedSeen = true;
+        // A streamed run learns its end from the event itself; the last poll confirms it.
+        if (event.status) run.status = event.status;
+        if (event.stop_reason !== undefined) run.stopReason = event.stop_reason;
+        for (const key of ['final', 'metrics', 'error']) if (event[key] !== undefined) run[key] = event[key];
+      } else if (run.status === 'queued') {
+        run.status = 'running';
+      }
     }
     // after_seq is the highest seq actually merged, so nothing is skipped if a page was cut short.
     run.lastSeq = Math.max(run.lastSeq, ...run.events.keys());
@@ -747,7 +844,9 @@
     pill.textContent = STATUS_TEXT[run.status] || run.status;
     pill.className = 'status-pill status-' + run.status;
     $('run-stop-reason').textContent = run.stopReason ? 'stop_reason = ' + run.stopReason + '（' + (STOP_TEXT[run.stopReason] || '') + '）' : '';
-    $('run-id').textContent = 'run ' + run.id + ' · ' + events.length + ' events · last_seq ' + run.lastSeq;
+    $('run-id').textContent = 'run ' + run.id + ' · ' + events.length + ' events · last_seq ' + run.lastSeq +
+      (run.transport === 'stream' ? ' · SSE 事件流' : run.transport === 'poll' ? ' · after_seq 轮询' : '');
+    $('run-id').dataset.transport = run.transport || '';
     const { stages, current } = deriveStages(events, run.status);
     for (const li of $('stages').children) {
       const state = stages[li.dataset.stage];
@@ -1112,8 +1211,10 @@
     'agent/metrics.py': ['运行结束后的确定性指标。', '用 counters、usage 与 data/expected.json 计算 Task Success、Valid Action Rate 等；分母为 0 返回 null。', '只在 run.finished 之前被调用一次；expected.json 不进入 prompt 或工具。'],
     'agent/prompting.py': ['模型可见状态与当前分支的 JSON 前缀。', '任务、最近 10 条 Observation（每条约 3000 字符）、最近 4 条反馈与剩余预算，按只追加的顺序排布以复用 KV cache。', 'Runtime 每一步调用它组装 messages；Decision Summary 也在这里按缺口生成。'],
     'agent/packs.py': ['任务包：task.json + knowledge/ + data/expected.json。', 'default 包是包根目录；其他包位于 packs/<name>/，按名字查找。', 'Runner 的 /schema 列出可选任务包；页面的“任务包”下拉框来自这里。'],
-    'agent/server.py': ['Runner 的 loopback HTTP API。', 'status、schema、模型检查/卸载、创建/轮询/取消 Job 与 artifact；Host 与 Origin 白名单、JSON content type、256 KiB 请求体上限。', '浏览器直接请求它；它把 Job 交给 job_store 串行执行。'],
-    'agent/job_store.py': ['异步 Job 的生命周期。', '维护 queued / running / 终态、取消事件与公开快照；queued 取消也会追加 run.finished。', 'server.py 创建与查询 Job，worker 调用 runtime.run_agent。'],
+    'agent/server.py': ['Runner 的 loopback HTTP API。', 'status、schema、模型检查/卸载、创建/轮询/取消 Job、SSE 事件流与 artifact；Host 与 Origin 白名单、JSON content type、256 KiB 请求体上限、慢客户端的读超时。', '浏览器直接请求它；它把 Job 交给 job_store 串行执行。'],
+    'agent/job_store.py': ['异步 Job 的生命周期。', '维护 queued / running / 终态、取消事件与公开快照；queued 取消也会追加 run.finished。每个 Job 的事件只追加在内存列表里，读取从不等待 worker 或磁盘写入。', 'server.py 创建与查询 Job，worker 调用 runtime.run_agent；SSE 流在新事件到达时被唤醒。'],
+    'agent/streaming.py': ['运行事件的 Server-Sent Events。', '每个 trace 事件是一条 SSE 事件（id = seq）；断线后用 Last-Event-ID 或 after_seq 续传，不丢不重；同时打开的流有上限，不读数据的客户端会被超时断开。', '页面用 EventSource 跟随运行，打不开时退回 after_seq 轮询。'],
+    'agent/telemetry.py': ['可选的 OpenTelemetry 导出（默认关闭）。', '从 trace 事件生成 invoke_agent / chat / execute_tool span，属性遵循 GenAI 语义约定；不含模型原文、prompt、路径或秘密。', '设置 OTEL_EXPORTER_OTLP_ENDPOINT 或 --otel-file 时由 job_store 的事件观察者驱动。'],
     'data/expected.json': ['评分用的 ground truth。', '保存四个批次的数值、阈值、calculator=79、plot spec 与回答关键词、受保护的终止原因。', '只被 metrics.py 在运行结束后读取，永远不进入 LLM、检索结果或工具参数。'],
   };
 

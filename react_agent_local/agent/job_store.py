@@ -349,12 +349,14 @@ class JobStore:
         with job.lock:
             return job.finished_event and after_seq >= job.last_seq
 
-    async def follow(self, job_id: str, after_seq: int) -> AsyncIterator[tuple[int, bytes, float]]:
+    async def follow(self, job_id: str, after_seq: int,
+                     until: float | None = None) -> AsyncIterator[tuple[int, bytes, float]]:
         """(seq, stored JSON, recorded-at unix time) of each event after ``after_seq`` as it arrives.
 
-        Ends after run.finished. Waiting costs the worker nothing: it only schedules a wake-up on
-        this event loop. The wake-up is cleared before each read, so an event recorded between the
-        read and the wait still wakes the reader (no lost wake-up, no busy loop).
+        Ends after run.finished, or when the event loop's clock passes ``until``. Waiting costs the
+        worker nothing: it only schedules a wake-up on this event loop. The wake-up is cleared
+        before each read, so an event recorded between the read and the wait still wakes the
+        reader (no lost wake-up, no busy loop).
         """
         job = self._get(job_id)
         loop = asyncio.get_running_loop()
@@ -371,9 +373,13 @@ class JobStore:
                 for item in batch:
                     yield item
                     after_seq = item[0]
-                if done:
+                remaining = None if until is None else until - loop.time()
+                if done or (remaining is not None and remaining <= 0):
                     return
-                await wake.wait()
+                try:
+                    await asyncio.wait_for(wake.wait(), remaining)
+                except asyncio.TimeoutError:
+                    return
         finally:
             with job.lock:
                 waiting = job.waiters.get(loop)

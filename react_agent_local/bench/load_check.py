@@ -1,27 +1,39 @@
-"""Load check of the runner: many jobs, many pollers, no lost or duplicated events.
+"""Load check of the runner: many jobs, many readers, no lost or duplicated events.
 
-Starts ``algolab_local_runner.py`` as a child process with the scripted TEST policy (no model), queues
-``--jobs`` runs, and lets ``--pollers`` threads poll them concurrently with ``after_seq`` the way the
-page does. Reports request latency (p50/p90/p99/max) and checks, per poller, that the concatenated
-events have seq 1..N without gaps or duplicates and exactly one ``run.finished``, and that they equal
-the job's full trace. Exits 1 if any check fails or the time bound is hit.
+Starts ``algolab_local_runner.py`` as a child process with the scripted TEST policy (no model) and
+measures the two ways of following a run, one phase after the other on the same runner:
 
-    python bench/load_check.py [--jobs 50] [--pollers 100] [--interval 0.05] [--timeout 300]
+- ``poll``: ``--jobs`` runs are queued and ``--pollers`` clients poll them with ``after_seq`` every
+  ``--interval`` the way the page's fallback does; reported: request latency p50/p90/p99/max;
+- ``sse``: another ``--jobs`` runs are queued and ``--subscribers`` clients follow them through
+  ``GET /agent/runs/{id}/events``; reported: delivery latency, from the moment the runner recorded
+  an event (the ``: t=`` comment of its frame) to the moment the client has parsed the frame
+  (events recorded before a subscriber's stream opened are replayed, checked, and not timed).
+
+Reader ``i`` follows job ``i % jobs``. Every reader's events must be seq 1..N without gaps or
+duplicates with exactly one ``run.finished``, and equal the job's full trace. Exits 1 if any check
+fails or the time bound is hit.
+
+The clients are asyncio tasks on raw keep-alive HTTP/1.1 connections in one thread: a lighter
+client than 100 threads of httpx, so that the latency measured is mostly the runner's, not the
+client's own GIL contention (the runner and the client share the machine's cores).
+
+    python bench/load_check.py [--mode both|poll|sse] [--jobs 50] [--pollers 100] [--subscribers 100]
+                               [--interval 0.05] [--timeout 300]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-
-import httpx
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from server_support import GOOD_SCRIPT, _die_with_parent, free_port  # noqa: E402  (shared with the runner tests)
@@ -48,51 +60,260 @@ def trace_problem(events: list[dict]) -> str | None:
     return None
 
 
-class Poller(threading.Thread):
-    def __init__(self, base_url: str, run_id: str, interval: float, deadline: float):
-        super().__init__(daemon=True)
-        self.base_url, self.run_id, self.interval, self.deadline = base_url, run_id, interval, deadline
-        self.latencies: list[float] = []
-        self.errors: list[str] = []
-        self.events: list[dict] = []
-        self.view: dict | None = None
+class Connection:
+    """One keep-alive HTTP/1.1 connection to the runner (requests are sent one at a time)."""
 
-    def run(self) -> None:
-        after = 0
-        with httpx.Client(base_url=self.base_url, timeout=30.0) as client:
-            while time.monotonic() < self.deadline:
-                started = time.perf_counter()
-                try:
-                    r = client.get(f"/agent/runs/{self.run_id}", params={"after_seq": after})
-                except httpx.HTTPError as exc:
-                    self.errors.append(type(exc).__name__)
-                    time.sleep(self.interval)
+    def __init__(self, port: int):
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def _open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port, limit=1 << 22)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str]]:
+        """Send a request and read the status line and headers (the body is the caller's)."""
+        if self.writer is None:
+            await self._open()
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + (body or b""))
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name:
+                headers[name.strip().lower()] = value.strip()
+        return int(lines[0].split(" ")[1]), headers
+
+    async def fetch(self, method: str, path: str, body: bytes | None = None,
+                    retry: bool = False) -> tuple[int, bytes]:
+        """One request; ``retry`` resends it once on a fresh connection if the reused one was closed
+        by the runner while idle (keep-alive timeout); readers never retry (an error is counted)."""
+        reused = self.writer is not None
+        try:
+            status, headers = await self.request(method, path, body)
+            data = await self.reader.readexactly(int(headers.get("content-length", "0")))
+            if headers.get("connection", "").lower() == "close":
+                self.close()
+            return status, data
+        except (OSError, asyncio.IncompleteReadError):
+            self.close()
+            if retry and reused:
+                return await self.fetch(method, path, body)
+            raise
+
+    async def chunks(self):
+        """The chunked body of a streamed response, chunk by chunk."""
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await self.reader.readuntil(b"\r\n")
+                return
+            data = await self.reader.readexactly(size + 2)
+            yield data[:-2]
+
+
+async def poller(port: int, run_id: str, interval: float, deadline: float, result: dict[str, Any]) -> None:
+    conn, after = Connection(port), 0
+    latencies, errors, events = result["latencies"], result["errors"], result["events"]
+    try:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            try:
+                status, body = await conn.fetch("GET", f"/agent/runs/{run_id}?after_seq={after}")
+            except (OSError, asyncio.IncompleteReadError) as exc:
+                errors.append(type(exc).__name__)
+                await asyncio.sleep(interval)
+                continue
+            latencies.append((time.perf_counter() - started) * 1000)
+            if status != 200:
+                errors.append(str(status))
+                await asyncio.sleep(interval)
+                continue
+            view = json.loads(body)
+            events += view["events"]
+            after = view["last_seq"]
+            if view["terminal"] and not view["events"]:
+                result["done"] = True
+                return
+            await asyncio.sleep(interval)
+        errors.append("deadline")
+    finally:
+        conn.close()
+
+
+async def subscriber(port: int, run_id: str, result: dict[str, Any]) -> None:
+    """Follow one run's event stream to run.finished, timing each frame against its recorded time."""
+    conn = Connection(port)
+    latencies, events = result["latencies"], result["events"]
+    try:
+        status, headers = await conn.request("GET", f"/agent/runs/{run_id}/events")
+        if status != 200 or "chunked" not in headers.get("transfer-encoding", ""):
+            result["errors"].append(f"stream status {status}")
+            return
+        # Events recorded before the stream was open are a catch-up, not a delivery: not timed.
+        opened = time.time()
+        buffer = b""
+        async for chunk in conn.chunks():
+            buffer += chunk
+            while b"\r\n\r\n" in buffer:
+                frame, buffer = buffer.split(b"\r\n\r\n", 1)
+                recorded, data = None, None
+                for line in frame.split(b"\r\n"):
+                    if line.startswith(b": t="):
+                        recorded = float(line[4:])
+                    elif line.startswith(b"data: "):
+                        data = line[6:]
+                if data is None:
                     continue
-                self.latencies.append((time.perf_counter() - started) * 1000)
-                if r.status_code != 200:
-                    self.errors.append(str(r.status_code))
-                    time.sleep(self.interval)
-                    continue
-                view = r.json()
-                self.events += view["events"]
-                after = view["last_seq"]
-                if view["terminal"] and not view["events"]:
-                    self.view = view
-                    return
-                time.sleep(self.interval)
-            self.errors.append("deadline")
+                if recorded is not None and recorded >= opened:
+                    latencies.append((time.time() - recorded) * 1000)
+                else:
+                    result["caught_up"] += 1
+                events.append(json.loads(data))
+        result["done"] = True
+    except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        result["errors"].append(type(exc).__name__)
+    finally:
+        conn.close()
+
+
+async def submit_jobs(conn: Connection, count: int) -> tuple[list[str], list[float]] | None:
+    run_ids, submit_ms = [], []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        status, body = await conn.fetch("POST", "/agent/runs", json.dumps({"model_path": "scripted"}).encode(),
+                                        retry=True)
+        submit_ms.append((time.perf_counter() - t0) * 1000)
+        if status != 202:
+            print(f"submit failed: {status} {body[:200]!r}", file=sys.stderr)
+            return None
+        run_ids.append(json.loads(body)["id"])
+    return run_ids, submit_ms
+
+
+async def phase(mode: str, args: argparse.Namespace, port: int, conn: Connection) -> tuple[list, list[str]] | None:
+    """Queue the jobs, let the readers follow them, check every reader's events."""
+    submitted = await submit_jobs(conn, args.jobs)
+    if submitted is None:
+        return None
+    run_ids, submit_ms = submitted
+    readers = args.pollers if mode == "poll" else args.subscribers
+    results = [{"run_id": run_ids[i % len(run_ids)], "latencies": [], "errors": [], "events": [], "done": False,
+                "caught_up": 0} for i in range(readers)]
+    started = time.monotonic()
+    deadline = started + args.timeout
+    if mode == "poll":
+        tasks = [poller(port, r["run_id"], args.interval, deadline, r) for r in results]
+    else:
+        tasks = [subscriber(port, r["run_id"], r) for r in results]
+    try:
+        await asyncio.wait_for(asyncio.gather(*tasks), args.timeout + 5)
+    except asyncio.TimeoutError:
+        pass
+    wall = time.monotonic() - started
+
+    problems: list[str] = []
+    statuses: dict[str, int] = {}
+    full = {}
+    for rid in run_ids:
+        status, body = await conn.fetch("GET", f"/agent/runs/{rid}", retry=True)
+        full[rid] = json.loads(body)
+        view = full[rid]
+        key = f"{view['status']}/{view['stop_reason']}"
+        statuses[key] = statuses.get(key, 0) + 1
+        if (problem := trace_problem(view["events"])):
+            problems.append(f"{rid} full trace: {problem}")
+    for i, r in enumerate(results):
+        if not r["done"]:
+            problems.append(f"{mode} reader {i} ({r['run_id']}) did not finish: {r['errors'][-3:]}")
+        elif (problem := trace_problem(r["events"])):
+            problems.append(f"{mode} reader {i} ({r['run_id']}): {problem}")
+        elif r["events"] != full[r["run_id"]]["events"]:
+            problems.append(f"{mode} reader {i} ({r['run_id']}): events differ from the full trace")
+    if statuses.get("completed/completed") != args.jobs:
+        problems.append(f"{mode}: not every job completed: {statuses}")
+
+    latencies = [ms for r in results for ms in r["latencies"]]
+    errors = sum(len(r["errors"]) for r in results)
+    events = sum(len(r["events"]) for r in results)
+    what = "poll latency" if mode == "poll" else "SSE delivery"
+    if mode == "poll":
+        rows = [("poll: readers", f"{readers} pollers every {args.interval * 1000:.0f} ms on {args.jobs} jobs "
+                                  f"({', '.join(f'{k}: {v}' for k, v in sorted(statuses.items()))})"),
+                ("poll: requests", f"{len(latencies)} ({len(latencies) / wall:.0f}/s), errors {errors}")]
+    else:
+        rows = [("sse: readers", f"{readers} subscribers on {args.jobs} jobs "
+                                 f"({', '.join(f'{k}: {v}' for k, v in sorted(statuses.items()))})"),
+                ("sse: events delivered", f"{events} ({len(latencies)} timed; {events - len(latencies)} recorded "
+                                          f"before their stream opened, not timed), errors {errors}")]
+    rows += [
+        (f"{what} p50", f"{percentile(latencies, 50):.1f} ms"),
+        (f"{what} p90", f"{percentile(latencies, 90):.1f} ms"),
+        (f"{what} p99", f"{percentile(latencies, 99):.1f} ms"),
+        (f"{what} max", f"{max(latencies, default=float('nan')):.1f} ms"),
+        (f"{mode}: submit p50/max", f"{percentile(submit_ms, 50):.1f} / {max(submit_ms):.1f} ms"),
+        (f"{mode}: traces checked", f"{readers} readers + {len(full)} full traces: "
+                                    f"{len(problems)} problem(s), lost/duplicated events: "
+                                    f"{sum(1 for p in problems if 'seq not' in p or 'differ' in p)} readers"),
+        (f"{mode}: wall time", f"{wall:.1f} s"),
+    ]
+    return rows, problems + [f"{errors} request errors"] * bool(errors)
+
+
+async def run_check(args: argparse.Namespace, port: int, proc: subprocess.Popen) -> int:
+    conn = Connection(port)
+    started = time.monotonic()
+    while True:
+        if proc.poll() is not None or time.monotonic() > started + 30:
+            print("runner did not start", file=sys.stderr)
+            return 1
+        try:
+            if (await conn.fetch("GET", "/status"))[0] == 200:
+                break
+        except (OSError, asyncio.IncompleteReadError):
+            await asyncio.sleep(0.1)
+    rows: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for mode in (("poll", "sse") if args.mode == "both" else (args.mode,)):
+        outcome = await phase(mode, args, port, conn)
+        if outcome is None:
+            return 1
+        rows += outcome[0]
+        problems += outcome[1]
+    conn.close()
+
+    width = max(len(k) for k, _ in rows)
+    print(f"{'metric'.ljust(width)} | value")
+    print(f"{'-' * width}-+-{'-' * 40}")
+    for key, value in rows:
+        print(f"{key.ljust(width)} | {value}")
+    print(f"{'machine'.ljust(width)} | {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    for problem in problems[:20]:
+        print("PROBLEM:", problem)
+    print("RESULT:", "OK" if not problems else "FAILED")
+    return 0 if not problems else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("both", "poll", "sse"), default="both")
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--pollers", type=int, default=100)
+    parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between one poller's requests")
-    parser.add_argument("--timeout", type=float, default=300.0, help="bound on the whole check (seconds)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="bound on each phase (seconds)")
     args = parser.parse_args(argv)
 
     port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="load-check-") as tmp:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps(SCRIPT), encoding="utf-8")
@@ -102,85 +323,13 @@ def main(argv: list[str] | None = None) -> int:
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 preexec_fn=_die_with_parent if os.name == "posix" else None)
         try:
-            return run_check(args, base_url, proc)
+            return asyncio.run(run_check(args, port, proc))
         finally:
             proc.terminate()
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
-
-
-def run_check(args: argparse.Namespace, base_url: str, proc: subprocess.Popen) -> int:
-    started = time.monotonic()
-    deadline = started + args.timeout
-    with httpx.Client(base_url=base_url, timeout=30.0) as client:
-        while True:
-            if proc.poll() is not None or time.monotonic() > started + 30:
-                print("runner did not start", file=sys.stderr)
-                return 1
-            try:
-                if client.get("/status").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        submit_ms, run_ids = [], []
-        for _ in range(args.jobs):
-            t0 = time.perf_counter()
-            r = client.post("/agent/runs", json={"model_path": "scripted"})
-            submit_ms.append((time.perf_counter() - t0) * 1000)
-            if r.status_code != 202:
-                print(f"submit failed: {r.status_code} {r.text[:200]}", file=sys.stderr)
-                return 1
-            run_ids.append(r.json()["id"])
-
-        pollers = [Poller(base_url, run_ids[i % len(run_ids)], args.interval, deadline) for i in range(args.pollers)]
-        for p in pollers:
-            p.start()
-        for p in pollers:
-            p.join(max(0.0, deadline - time.monotonic()) + 5)
-        wall = time.monotonic() - started
-
-        problems: list[str] = []
-        statuses: dict[str, int] = {}
-        full = {rid: client.get(f"/agent/runs/{rid}").json() for rid in run_ids}
-        for rid, view in full.items():
-            statuses[f"{view['status']}/{view['stop_reason']}"] = statuses.get(f"{view['status']}/{view['stop_reason']}", 0) + 1
-            if (problem := trace_problem(view["events"])):
-                problems.append(f"{rid} full trace: {problem}")
-        for i, p in enumerate(pollers):
-            if p.view is None:
-                problems.append(f"poller {i} ({p.run_id}) did not finish: {p.errors[-3:]}")
-                continue
-            if (problem := trace_problem(p.events)):
-                problems.append(f"poller {i} ({p.run_id}): {problem}")
-            elif p.events != full[p.run_id]["events"]:
-                problems.append(f"poller {i} ({p.run_id}): events differ from the full trace")
-
-    latencies = [ms for p in pollers for ms in p.latencies]
-    errors = sum(len(p.errors) for p in pollers)
-    rows = [
-        ("jobs", f"{args.jobs} ({', '.join(f'{k}: {v}' for k, v in sorted(statuses.items()))})"),
-        ("pollers", f"{args.pollers} (interval {args.interval * 1000:.0f} ms)"),
-        ("poll requests", f"{len(latencies)} ({len(latencies) / wall:.0f}/s), errors {errors}"),
-        ("poll latency p50", f"{percentile(latencies, 50):.1f} ms"),
-        ("poll latency p90", f"{percentile(latencies, 90):.1f} ms"),
-        ("poll latency p99", f"{percentile(latencies, 99):.1f} ms"),
-        ("poll latency max", f"{max(latencies, default=float('nan')):.1f} ms"),
-        ("submit latency p50/max", f"{percentile(submit_ms, 50):.1f} / {max(submit_ms):.1f} ms"),
-        ("traces checked", f"{len(pollers)} pollers + {len(full)} full traces, {len(problems)} problem(s)"),
-        ("wall time", f"{wall:.1f} s (bound {args.timeout:.0f} s)"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    print(f"{'metric'.ljust(width)} | value")
-    print(f"{'-' * width}-+-{'-' * 40}")
-    for key, value in rows:
-        print(f"{key.ljust(width)} | {value}")
-    for problem in problems[:20]:
-        print("PROBLEM:", problem)
-    ok = not problems and errors == 0 and statuses.get("completed/completed") == args.jobs
-    print("RESULT:", "OK" if ok else "FAILED")
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
