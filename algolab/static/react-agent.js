@@ -720,6 +720,7 @@
   }
 
   async function poll(run) {
+    if (run.polling && run.transport !== 'stream') run.transport = 'poll';
     while (run.polling && S.run === run) {
       const res = await runnerFetch(run.runnerBase, '/agent/runs/' + encodeURIComponent(run.id) + '?after_seq=' + run.lastSeq,
         { timeoutMs: 10000 });
@@ -733,7 +734,6 @@
           run.polling = false;
           renderRun();
           updateStartButton();
-    if (run.polling && run.transport !== 'stream') run.transport = 'poll';
           return;
         }
       } else {
