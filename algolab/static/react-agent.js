@@ -533,6 +533,19 @@
     return { ok: problems.length === 0, budgets };
   }
 
+  // The model field takes a local path, or a served model as the CLI writes it:
+  // openai:BASE_URL#NAME (an OpenAI-compatible server) or anthropic:NAME. The runner decides which
+  // hosts it may reach (loopback unless started with --allow-model-host); keys stay in its environment.
+  function modelFields() {
+    const text = $('model-path').value.trim();
+    if (text.startsWith('openai:')) {
+      const rest = text.slice('openai:'.length), cut = rest.lastIndexOf('#');
+      return { model: { kind: 'openai_compatible', base_url: cut < 0 ? rest : rest.slice(0, cut), model: cut < 0 ? '' : rest.slice(cut + 1) } };
+    }
+    if (text.startsWith('anthropic:')) return { model: { kind: 'anthropic', model: text.slice('anthropic:'.length) } };
+    return { model_path: text, device: $('model-device').value, dtype: $('model-dtype').value };
+  }
+
   function inspectKey() {
     return [S.runner, $('model-path').value.trim(), $('model-device').value, $('model-dtype').value].join('\n');
   }
@@ -550,7 +563,7 @@
     if (!modelPath) { resetInspect('请填写模型目录或 GGUF 文件路径。'); return; }
     const key = inspectKey();
     clear($('model-state'), el('span', { class: 'state-active', text: '检查中…' }), '（读取文件头与依赖，不加载权重）');
-    const body = { model_path: modelPath, device: $('model-device').value, dtype: $('model-dtype').value };
+    const body = modelFields();
     const res = await runnerFetch(S.runner, '/models/inspect', { method: 'POST', body, timeoutMs: 60000 });
     if (key !== inspectKey()) return; // inputs changed while waiting
     const data = res.data || {};
@@ -584,6 +597,7 @@
       rows.push(['依赖', el('span', { class: 'pre-line', text: Object.entries(d.dependencies).map(([k, v]) =>
         k + ': ' + (v && typeof v === 'object' ? (v.error ? (v.error === 'missing' ? '未安装' : v.error) + (v.hint ? '（' + v.hint + '）' : '') : (v.version || '可用')) : (v ?? '未安装'))).join('\n') })]);
     }
+    if (d.host) rows.push(['served', d.host + (d.served && d.served.models ? ' · ' + d.served.models.join(', ') : '') + (d.key_sent ? ' · key from the runner env' : '')]);
     if (d.python) rows.push(['Python', typeof d.python === 'object' ? join(d.python) : d.python]);
     if (d.provenance) rows.push(['provenance', join(d.provenance)]);
     if (d.path_hash) rows.push(['path_hash', d.path_hash]);
@@ -613,8 +627,7 @@
   async function startRun() {
     const budgets = checkBudgets();
     if (!budgets.ok || !S.runner || !S.inspect || !S.inspect.ok) { updateStartButton(); return; }
-    const body = { model_path: $('model-path').value.trim(), device: $('model-device').value, dtype: $('model-dtype').value,
-      budgets: budgets.budgets };
+    const body = { ...modelFields(), budgets: budgets.budgets };
     const pack = $('pack-select').value;
     if (pack) body.pack = pack;
     $('run-start').disabled = true;
@@ -628,6 +641,7 @@
       return;
     }
     S.run = newRun(String(res.data.id), res.data.status);
+    $('run-explain').hidden = true;
     renderRun();
     updateStartButton();
     follow(S.run);
@@ -872,6 +886,7 @@
 
   function renderFinal(run) {
     const box = $('run-final');
+    $('run-explain-btn').disabled = !TERMINAL.has(run.status) || !!S.explaining;
     if (!TERMINAL.has(run.status)) { box.hidden = true; return; }
     box.hidden = false;
     const parts = [el('div', { class: 'final-title' }, '终态：', el('strong', { text: run.status + ' / ' + (run.stopReason || '?') }))];
@@ -1156,6 +1171,61 @@
     }
   }
 
+  /** Ask the runner's model to explain the finished run; its words stream in, labelled as such. */
+  async function explainRun() {
+    const run = S.run;
+    if (!run || !TERMINAL.has(run.status) || S.explaining) return;
+    const out = $('run-explain');
+    out.hidden = false;
+    S.explaining = true;
+    $('run-explain-btn').disabled = true;
+    clear(out, [el('div', { class: 'muted small', text: '模型正在阅读 trace 摘要并解释……' })]);
+    const fail = (message) => clear(out, [el('div', { class: 'error-text', text: '未能解释：' + message })]);
+    try {
+      let response;
+      try {
+        response = await fetch(run.runnerBase + '/agent/runs/' + encodeURIComponent(run.id) + '/explain', {
+          method: 'POST', headers: { 'Content-Type': 'application/json' },
+          body: JSON.stringify(Object.assign({}, modelFields(), { language: 'zh' })),
+          cache: 'no-store', credentials: 'omit', mode: 'cors', referrerPolicy: 'no-referrer' });
+      } catch (e) {
+        fail('runner not reachable');
+        return;
+      }
+      if (!response.ok) {
+        let data = null;
+        try { data = await response.json(); } catch (e) { data = null; }
+        const err = (data && data.error) || { code: 'http_' + response.status, message: '' };
+        fail(err.code + (err.message ? ' · ' + err.message : ''));
+        return;
+      }
+      const label = el('div', { class: 'muted small', text: '模型的话（不是事实；以 trace 为准）' });
+      const text = el('div', { class: 'explain-text' });
+      clear(out, [label, text]);
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf('\n')) >= 0) {
+          const line = buffer.slice(0, cut).trim();
+          buffer = buffer.slice(cut + 1);
+          if (!line) continue;
+          const msg = JSON.parse(line);
+          if (msg.delta) text.textContent += msg.delta;
+          if (msg.done && msg.error) fail(msg.error.code + ' · ' + (msg.error.message || ''));
+          else if (msg.done) { text.textContent = msg.explanation; label.textContent = msg.label; }
+        }
+      }
+    } finally {
+      S.explaining = false;
+      $('run-explain-btn').disabled = !(S.run && TERMINAL.has(S.run.status));
+    }
+  }
+
   function exportTrace() {
     const run = S.run;
     if (!run) return;
@@ -1355,6 +1425,7 @@
     $('run-start').addEventListener('click', startRun);
     $('run-cancel').addEventListener('click', cancelRun);
     $('run-export').addEventListener('click', exportTrace);
+    $('run-explain-btn').addEventListener('click', explainRun);
     renderMetrics(null);
     onRunnerUrlInput();
     updateStartButton();

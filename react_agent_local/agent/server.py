@@ -63,6 +63,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 DEFAULT_ORIGINS = ("http://127.0.0.1:8017", "http://localhost:8017")
 MAX_BODY_BYTES = 256 * 1024
 TEST_POLICY_ENV = "REACT_AGENT_TEST_POLICY"
+#: What the scripted TEST policy "explains" (the continuation of a JSON string); never a real model's words.
+TEST_EXPLANATION = 'scripted test explanation: the runtime asked for each required tool in turn, then the final."' 
 TEST_POLICY_NAME = "scripted-test-policy"
 DEPENDENCIES = {  # import name -> distribution name; read from metadata, never imported here
     "fastapi": "fastapi",
@@ -926,6 +928,7 @@ def main(argv: list[str] | None = None) -> None:
         script = json.loads(Path(script_file).read_text(encoding="utf-8"))
         settings.policy_factory = scripted_policy_factory(script)
         settings.test_policy = True
+        settings.explain_policy_factory = lambda body: scripted_policy_factory([TEST_EXPLANATION])(None)
         print(f"WARNING: {TEST_POLICY_ENV} is set: every job uses the scripted TEST policy, not a model.",
               file=sys.stderr, flush=True)
     try:
