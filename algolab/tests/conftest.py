@@ -20,7 +20,6 @@ SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-REAL_MODEL = Path.home() / ".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 TEST_POLICY_ENV = "REACT_AGENT_TEST_POLICY"
 
 # The scripted outputs, free_port and stop_process are shared with the runner's own tests (one copy).
@@ -35,7 +34,7 @@ FIRST_CALL_SECONDS = 4.0
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "browser: drives the page in headless Chromium (Playwright)")
-    config.addinivalue_line("markers", "slow: takes minutes (a real local model)")
+    config.addinivalue_line("markers", "slow: takes minutes (the real local model)")
 
 
 # --------------------------------------------------------------------------------------------

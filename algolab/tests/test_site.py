@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import zipfile
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -324,11 +325,17 @@ BAD_HOSTS = ["evil.example:8017", "localhost.evil.com:8017", "127.0.0.1.nip.io:8
              "evil.example"]
 
 
+# The boundary is one middleware that runs before routing: each bad host is a different attack on
+# the comparison (tested on one route), and one bad host on every route shows no route escapes it.
 @pytest.mark.parametrize("host", BAD_HOSTS)
-@pytest.mark.parametrize("path", ROUTES)
-def test_foreign_host_is_refused_on_every_route(client: TestClient, host: str, path: str) -> None:
-    response = client.get(path, headers={"Host": host}, follow_redirects=False)
-    assert_error(response, 421, "host_not_allowed")
+def test_foreign_host_is_refused(client: TestClient, host: str) -> None:
+    assert_error(client.get(MANIFEST, headers={"Host": host}), 421, "host_not_allowed")
+
+
+def test_foreign_host_is_refused_on_every_route(client: TestClient) -> None:
+    for path in ROUTES:
+        response = client.get(path, headers={"Host": "evil.example:8017"}, follow_redirects=False)
+        assert_error(response, 421, "host_not_allowed")
 
 
 @pytest.mark.parametrize("method", ["OPTIONS", "POST", "DELETE", "HEAD"])
@@ -384,10 +391,14 @@ def test_missing_or_duplicate_host_is_refused(small_package: Path) -> None:
 @pytest.mark.parametrize("origin", ["https://evil.example", "null", "http://127.0.0.1:8017.evil.com",
                                     "https://127.0.0.1:8017", "http://127.0.0.1:4890", "http://localhost:80",
                                     "http://evil.example:8017", ""])
-@pytest.mark.parametrize("path", [MANIFEST, ZIP, FILE + "?path=README.md", "/react-agent"])
-def test_foreign_origin_is_refused_without_cors(client: TestClient, origin: str, path: str) -> None:
-    response = client.get(path, headers={"Origin": origin})
-    assert_error(response, 403, "origin_not_allowed")
+def test_foreign_origin_is_refused_without_cors(client: TestClient, origin: str) -> None:
+    assert_error(client.get(MANIFEST, headers={"Origin": origin}), 403, "origin_not_allowed")
+
+
+def test_foreign_origin_is_refused_on_every_route(client: TestClient) -> None:
+    for path in ROUTES:
+        response = client.get(path, headers={"Origin": "https://evil.example"}, follow_redirects=False)
+        assert_error(response, 403, "origin_not_allowed")
 
 
 @pytest.mark.parametrize("origin", ["http://127.0.0.1:8017", "http://localhost:8017"])
@@ -397,14 +408,24 @@ def test_own_origin_is_fine_and_never_gets_cors_headers(client: TestClient, orig
     assert not any(h.startswith("access-control-") for h in response.headers)
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"])
-@pytest.mark.parametrize("path", ROUTES)
-def test_only_get_and_head_exist(client: TestClient, small_package: Path, method: str, path: str) -> None:
-    before = sorted(p.name for p in small_package.rglob("*"))
+def _assert_method_refused(client: TestClient, method: str, path: str) -> None:
     response = client.request(method, path, content=b'{"x": 1}', headers={"Content-Type": "application/json"})
     error = assert_error(response, 405, "method_not_allowed")
     assert response.headers["allow"] == "GET, HEAD"
     assert error["message"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"])
+def test_only_get_and_head_exist(client: TestClient, small_package: Path, method: str) -> None:
+    before = sorted(p.name for p in small_package.rglob("*"))
+    _assert_method_refused(client, method, FILE + "?path=README.md")
+    assert sorted(p.name for p in small_package.rglob("*")) == before
+
+
+def test_a_write_method_is_refused_on_every_route(client: TestClient, small_package: Path) -> None:
+    before = sorted(p.name for p in small_package.rglob("*"))
+    for path in ROUTES:
+        _assert_method_refused(client, "DELETE", path)
     assert sorted(p.name for p in small_package.rglob("*")) == before
 
 
@@ -456,8 +477,22 @@ def test_cli_help_and_loopback_only() -> None:
     assert bad.returncode != 0
 
 
+def _raw_get(port: int, target: str) -> tuple[int, bytes]:
+    """One GET with the request target sent byte for byte (no client-side normalization)."""
+    conn = HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", target, skip_host=True, skip_accept_encoding=True)
+        conn.putheader("Host", f"127.0.0.1:{port}")
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
 def test_over_a_real_socket(tmp_path: Path, small_package: Path) -> None:
     site = start_site(tmp_path, small_package)
+    port = int(site.base_url.rsplit(":", 1)[1])
     try:
         with httpx.Client(base_url=site.base_url, timeout=10) as http:
             manifest = http.get(MANIFEST).json()
@@ -467,6 +502,18 @@ def test_over_a_real_socket(tmp_path: Path, small_package: Path) -> None:
             assert sha(http.get(ZIP).content) == manifest["zip_sha256"]
             assert http.get("/react-agent").status_code == 200
             assert http.get(MANIFEST, headers={"Host": "evil.example"}).status_code == 421
+            assert http.get(MANIFEST, headers={"Origin": "https://evil.example"}).status_code == 403
             assert http.post(MANIFEST).status_code == 405
+            # SECURITY 18 through uvicorn's own request parsing, not only the in-process client.
+            assert _raw_get(port, FILE + "?path=README.md") == (200, readme.content)
+            for query in TRAVERSAL_QUERIES:
+                status, body = _raw_get(port, f"{FILE}?{query}" if query else FILE)
+                assert status in (400, 404), (query, status)
+                assert json.loads(body)["error"]["code"] in ("invalid_path", "not_found"), query
+                assert b"SECRET" not in body and b"[core]" not in body, query
+            # After every refusal the site still serves the same package.
+            assert site.proc is not None and site.proc.poll() is None
+            assert http.get(MANIFEST).json()["zip_sha256"] == manifest["zip_sha256"]
+            assert http.get(FILE, params={"path": "README.md"}).content == readme.content
     finally:
         site.stop()

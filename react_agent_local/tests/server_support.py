@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +24,10 @@ from runtime_helpers import chain_outputs
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 BASE_URL = "http://127.0.0.1:4890"
 PAGE_ORIGIN = "http://127.0.0.1:8017"
+MODEL_DIR = Path(os.environ.get("REACT_AGENT_MODEL_DIR", Path.home() / ".cache" / "react-agent-local" / "models"))
+# The real-model tier's model: scripts/test.sh downloads the 1.5B GGUF and exports its path here.
+E2E_MODEL = Path(os.environ.get("REACT_AGENT_E2E_MODEL") or
+                 MODEL_DIR / "qwen2.5-coder-1.5b-gguf" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 
 # What the model writes after the runtime's prefix in guided mode: search, calculate, plot, answer,
 # computed from the default pack's own knowledge (runtime_helpers.chain_outputs), not typed in.
@@ -141,3 +147,56 @@ class RunnerProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# ---------------------------------------------------------------- the real-model tier
+
+
+def require_e2e_model() -> Path:
+    """The real model's path, or a failure that says how to get it (never a skip)."""
+    if not E2E_MODEL.is_file():
+        raise AssertionError(f"the real-model test needs {E2E_MODEL.name} at {E2E_MODEL.parent}: run "
+                             "scripts/setup.sh --model qwen2.5-coder-1.5b-gguf (or set REACT_AGENT_E2E_MODEL), "
+                             "or deselect the tier with -m 'not slow'")
+    return E2E_MODEL
+
+
+_COMPARISON = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:>=|≥)\s*(-?\d+(?:\.\d+)?)\s+is\s+(true|false)\b", re.IGNORECASE)
+_NEGATIVE = re.compile(r"\b(?:does not meet|doesn't meet) the release rule|release rule is not met", re.IGNORECASE)
+_POSITIVE = re.compile(r"\bmeets the release rule|release rule is met", re.IGNORECASE)
+
+
+def assert_answer_is_right(final: dict[str, Any], observations: list[dict[str, Any]]) -> dict[str, float]:
+    """Check a run's Final against the task recomputed from the run's own observations.
+
+    Independent of the runtime's metrics: the calculator's value is the mean of the values the
+    knowledge search returned, the answer states that average and the lowest value, every
+    "X >= Y is True/False" in it is arithmetically true, and its verdict is the release rule
+    applied to those values. Returns the recomputed numbers.
+    """
+    latest = {o["tool"]: o for o in observations if o["ok"]}
+    assert {"knowledge_search", "calculator", "plot"} <= set(latest), [o["id"] for o in observations]
+    assert set(final["evidence_ids"]) <= {o["id"] for o in observations}
+    data = latest["knowledge_search"]["result"]["data"]
+    values = [float(v) for v in data["batches"].values()]
+    rule = data["release_rule"]
+    average, lowest = sum(values) / len(values), min(values)
+    assert math.isclose(float(latest["calculator"]["result"]["value"]), average, abs_tol=0.005), \
+        (latest["calculator"]["result"], values)
+    plotted = latest["plot"]["result"]["spec"]
+    assert [float(v) for v in plotted["values"]] == values
+    assert math.isclose(float(plotted["average"]), average, abs_tol=0.005), plotted
+
+    answer = final["answer"]
+    for word, want in (("average", average), ("lowest", lowest)):  # each number the answer gives for it
+        stated = [float(n) for n in re.findall(rf"\b{word}\b[^\d-]{{0,40}}(-?\d+(?:\.\d+)?)", answer, re.I)]
+        assert stated and all(math.isclose(n, want, abs_tol=0.005) for n in stated), (answer, word, want)
+    comparisons = _COMPARISON.findall(answer)
+    assert comparisons, f"no 'X >= Y is True/False' in {answer!r}"
+    for left, right, said in comparisons:
+        assert (float(left) >= float(right)) == (said.lower() == "true"), (answer, left, right, said)
+    eligible = average >= rule["average_gte"] and lowest >= rule["every_batch_gte"]
+    negative, positive = bool(_NEGATIVE.search(answer)), bool(_POSITIVE.search(answer))
+    assert negative != positive, f"no single verdict in {answer!r}"
+    assert positive == eligible, (answer, average, lowest, rule)
+    return {"average": average, "lowest": lowest, "eligible": eligible, "bars": len(values)}

