@@ -281,6 +281,7 @@ class JobStore:
         max_bytes: int = 500 * 1024 * 1024,
         max_queued: int = 100,
         observer_factory: EventObserverFactory | None = None,
+        max_concurrent_served: int = 4,
     ):
         self.runs_dir = Path(runs_dir)
         self._observer_factory = observer_factory
@@ -292,14 +293,20 @@ class JobStore:
         self.max_queued = max_queued
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}  # insertion order == creation order
+        # One worker for in-process models (one model in memory, one job at a time); up to
+        # ``max_concurrent_served`` for served models, each job with its own cancel and budgets.
         self._queue: queue.Queue[str | None] = queue.Queue()
+        self._served_queue: queue.Queue[str | None] = queue.Queue()
         self._queued_ids: list[str] = []
-        self._running_id: str | None = None
+        self._running_ids: list[str] = []
         self._closed = False
         self._load_existing()
         self._enforce_retention()
-        self._worker = threading.Thread(target=self._work, name="agent-job-worker", daemon=True)
-        self._worker.start()
+        self._workers = [threading.Thread(target=self._work, args=(self._queue,), name="agent-job-worker", daemon=True)]
+        self._workers += [threading.Thread(target=self._work, args=(self._served_queue,), daemon=True,
+                                           name=f"agent-served-job-worker-{i}") for i in range(max(1, max_concurrent_served))]
+        for worker in self._workers:
+            worker.start()
 
     # ---------------------------------------------------------------- public API (HTTP side)
 
@@ -308,9 +315,9 @@ class JobStore:
         public_request = {
             "pack": run_request.pack or "default",
             "model_kind": spec.kind,
-            "device": spec.device,
-            "dtype": spec.dtype,
-            "backend": spec.backend,
+            "device": getattr(spec, "device", None),  # a served spec has none of these three
+            "dtype": getattr(spec, "dtype", None),
+            "backend": getattr(spec, "backend", spec.kind),
             "budgets": run_request.budgets.model_dump(),
             "sampling": run_request.sampling.model_dump(),
             "tools": run_request.tools,
@@ -327,8 +334,9 @@ class JobStore:
             self._persist(job)
             self._jobs[job_id] = job
             self._queued_ids.append(job_id)
+            served = getattr(run_request.model, "kind", "local") != "local"
             view = self._view(job, 0)
-        self._queue.put(job_id)
+        (self._served_queue if served else self._queue).put(job_id)
         return view
 
     def view(self, job_id: str, after_seq: int = 0) -> dict[str, Any]:
@@ -435,22 +443,32 @@ class JobStore:
 
     @property
     def running_id(self) -> str | None:
-        return self._running_id
+        """The running job (the oldest, when served jobs run side by side)."""
+        running = list(self._running_ids)
+        return running[0] if running else None
+
+    @property
+    def running_ids(self) -> list[str]:
+        return list(self._running_ids)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop taking jobs, cancel the running one and wait briefly for the worker."""
+        """Stop taking jobs, cancel the running ones and wait briefly for the workers."""
         with self._lock:
             self._closed = True
-            if self._running_id is not None:
-                self._jobs[self._running_id].cancel.set()
+            for job_id in self._running_ids:
+                self._jobs[job_id].cancel.set()
         self._queue.put(None)
-        self._worker.join(timeout)
+        for _ in self._workers[1:]:
+            self._served_queue.put(None)
+        deadline = time.monotonic() + timeout
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     # ---------------------------------------------------------------- the worker
 
-    def _work(self) -> None:
+    def _work(self, jobs: "queue.Queue[str | None]") -> None:
         while True:
-            job_id = self._queue.get()
+            job_id = jobs.get()
             if job_id is None:
                 return
             with self._lock:
@@ -463,13 +481,13 @@ class JobStore:
                 with job.lock:
                     job.status = "running"
                     job.started_at = _now()
-                self._running_id = job_id
+                self._running_ids.append(job_id)
             self._persist(job)
             try:
                 self._execute(job)
             finally:
                 with self._lock:
-                    self._running_id = None
+                    self._running_ids.remove(job_id)
             self._enforce_retention()
 
     def _execute(self, job: Job) -> None:

@@ -134,6 +134,8 @@ class RunnerSettings:
     test_policy: bool = False
     #: The tools this runner offers (default: the package's); a run gets those its pack names.
     tools: ToolRegistry | None = None
+    #: Jobs on a served model that may run at once (in-process models always run one at a time).
+    max_concurrent_served: int = 4
     #: The model that explains a finished run (default: the local model the request names).
     explain_policy_factory: Callable[[Any], Any] = field(default=lambda body: _load_explainer(body))
     #: Hosts a served model may live on besides loopback (``--allow-model-host``); they alone get keys.
@@ -513,7 +515,8 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
                       if settings.policy_factory is default_policy_factory else settings.policy_factory)
     store = JobStore(settings.runs_dir, run_with_tools, policy_factory,
                      max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued,
-                     observer_factory=telemetry.observer if telemetry is not None else None)
+                     observer_factory=telemetry.observer if telemetry is not None else None,
+                     max_concurrent_served=settings.max_concurrent_served)
     streams = streaming.StreamSlots(settings.max_streams)
 
     @asynccontextmanager
@@ -566,6 +569,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             "models": _loaded_models(),
             "queue_length": store.queue_length,
             "running_job": store.running_id,
+            "running_jobs": store.running_ids,
             "test_policy": settings.test_policy,
             "served_models": {"kinds": ["openai_compatible", "anthropic"],
                               "allowed_hosts": ["loopback", *settings.allow_model_hosts]},
@@ -802,6 +806,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a served model's host (HOST or HOST:PORT) runs may use besides loopback, and the only "
                              "hosts that get an API key from this process's environment (repeatable)")
     parser.add_argument("--max-runs", type=int, default=200, help="finished runs kept on disk (oldest deleted)")
+    parser.add_argument("--max-concurrent-served", type=int, default=4,
+                        help="jobs on a served model that may run at once (in-process models: one at a time)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.add_argument("--otel-file", type=Path, metavar="PATH",
@@ -922,7 +928,8 @@ def main(argv: list[str] | None = None) -> None:
 
     settings = RunnerSettings(host=args.host.lower(), port=args.port, runs_dir=args.runs_dir,
                               allow_model_hosts=tuple(args.allow_model_hosts),
-                              allow_origins=tuple(args.allow_origins or DEFAULT_ORIGINS), max_runs=args.max_runs)
+                              allow_origins=tuple(args.allow_origins or DEFAULT_ORIGINS), max_runs=args.max_runs,
+                              max_concurrent_served=max(1, args.max_concurrent_served))
     script_file = os.environ.get(TEST_POLICY_ENV)
     if script_file:
         script = json.loads(Path(script_file).read_text(encoding="utf-8"))
