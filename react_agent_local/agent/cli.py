@@ -1,7 +1,8 @@
 """Terminal entry point: ``python -m agent run``, ``python -m agent eval`` (see ``evaluation/``) and
 ``python -m agent schemas``.
 
-``run`` drives the real runtime with a real local model (never the scripted test policy) and prints
+``run`` drives the real runtime with a real model -- a local one, or a served one named
+``openai:BASE_URL#NAME`` / ``anthropic:NAME`` (never the scripted test policy) -- and prints
 a readable step-by-step trace and the metrics, or with ``--json`` one JSON object with ``status``,
 ``stop_reason``, ``final``, ``metrics`` and ``observations``.
 """

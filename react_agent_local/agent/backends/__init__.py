@@ -1,6 +1,7 @@
 """Model backends: find a model safely, inspect it, load one Policy and keep it resident (R-MOD).
 
-``load_policy(path, device, dtype, backend)`` returns the process-wide Policy for that model; a
+``load_model(spec)`` returns the Policy of any ``ModelSpec``: served ones (``served.py``) directly,
+local ones through ``load_policy(path, device, dtype, backend)``, the process-wide Policy for that model; a
 second call with the same (resolved path, device, dtype, backend) reuses it and loading another
 model unloads the previous one first (one resident model). ``inspect_model`` reports, without
 loading anything, whether a path holds a usable model and why not. ``unload_all`` frees it.
@@ -685,7 +686,84 @@ def loaded_models() -> list[dict[str, Any]]:
     return [] if resident is None else [resident[1].description.public()]
 
 
+# --------------------------------------------------------------------------------------------
+# Any ModelSpec: local models above, served ones (backends/served.py) -- no resident cache for those
+# --------------------------------------------------------------------------------------------
+
+
+def load_model(spec: Any, access: Any = None, **options: Any) -> Policy:
+    """The Policy for a ``ModelSpec``: a local spec goes to ``load_policy`` (resident, cached); a
+    served one (``openai_compatible``, ``anthropic``) gets a fresh client checked against
+    ``access`` (a ``served.ServedAccess``; default: loopback only). Raises ``ModelUnavailable``."""
+    if spec.kind == "local":
+        return load_policy(spec.path, spec.device, spec.dtype, spec.backend, **options)
+    if spec.kind == "openai_compatible":
+        from .openai_compatible import load
+    elif spec.kind == "anthropic":
+        from .anthropic_client import load
+    else:
+        raise ModelUnavailable(f"unknown model kind {spec.kind!r}", code="backend_mismatch")
+    return load(spec, access, **options)
+
+
+def inspect_served(spec: Any, access: Any = None, *, transport: Any = None) -> dict[str, Any]:
+    """Whether a served model can be used from here: the host allowed, the SDK installed, a key
+    where one is sent, and (OpenAI-compatible) the server answering ``GET /models`` within 5 s
+    and listing the model. Path-free and key-free like ``inspect_model``."""
+    from .served import ServedAccess, ServedModelError, api_key, base_url_of, classify
+
+    kind = spec.kind
+    sdk = {"openai_compatible": "openai", "anthropic": "anthropic"}[kind]
+    report: dict[str, Any] = {"ok": False, "kind": kind, "backend": kind, "name": spec.model, "host": None,
+                              "dependencies": {sdk: _sdk_version(sdk)}, "key_sent": False, "served": {},
+                              "problems": []}
+    problems: list[str] = report["problems"]
+    access = access or ServedAccess()
+    try:
+        endpoint = access.endpoint(base_url_of(spec))
+        report["host"] = endpoint.netloc
+        report["key_sent"] = api_key(spec.api_key_env, endpoint) is not None
+    except ServedModelError as exc:
+        report["code"] = exc.code
+        problems.append(exc.message)
+        return report
+    if report["dependencies"][sdk] is None:
+        problems.append(f"the {sdk} package is not installed (pip install {sdk})")
+        report["code"] = "dependency_missing"
+        return report
+    if kind == "openai_compatible":
+        from .served import http_client
+        import httpx2
+
+        client = http_client(transport)
+        try:
+            response = client.get(endpoint.base_url + "/models", timeout=httpx2.Timeout(5.0))
+            listed = [m.get("id") for m in (response.json().get("data") or []) if isinstance(m, dict)] \
+                if response.status_code == 200 else []
+            report["served"] = {"reachable": True, "status": response.status_code, "models": listed[:20]}
+            if response.status_code != 200:
+                problems.append(f"GET /models answered HTTP {response.status_code}")
+            elif listed and spec.model not in listed:
+                problems.append(f"the server does not list the model {spec.model!r} (it lists: {', '.join(map(str, listed[:5]))})")
+        except Exception as exc:  # noqa: BLE001 -- any failure is a refusal with its bucket
+            error = classify(exc)
+            report["served"] = {"reachable": False}
+            report["code"] = error.code
+            problems.append(f"{endpoint.netloc}: {error.message}")
+        finally:
+            client.close()
+    report["ok"] = not problems
+    return report
+
+
+def _sdk_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 __all__ = [
     "ContextOverflow", "ModelLocation", "check_weights", "choose_backend", "dependency_status",
-    "inspect_model", "load_policy", "loaded_models", "locate_model", "unload_all",
+    "inspect_model", "inspect_served", "load_model", "load_policy", "loaded_models", "locate_model", "unload_all",
 ]

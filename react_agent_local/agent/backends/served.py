@@ -1,0 +1,777 @@
+"""Served models with native tool calling: what the OpenAI-compatible and Anthropic clients share
+(R-SERVE; seed 001's ModelClient, retries, error buckets and cancel points; seed 002's protocols).
+
+A served policy answers ``propose`` by one streamed chat call with *tools*: the run's registry
+plus a ``final_answer`` tool (``answer``, ``evidence_ids``). A guided branch forces its tool (the
+action's tool, or ``final_answer``); free mode lets the model choose (``auto``); parallel calls are
+off. The model's tool call becomes the Candidate's structured ``decision``, which the runtime
+validates like any other. The conversation is rebuilt from the runtime's state every step: the
+task, then each visible Observation as a tool call and its result paired by id (``tool_call_id`` /
+``tool_use_id``; a failed Observation is an error result), then what this step asks for.
+
+Recovered protocol faults are counted (``Candidate.protocol_repairs``): arguments that arrive as a
+JSON string inside the JSON, a tool call written as JSON in the text instead of a native call (a
+Qwen-Coder habit on several servers), extra parallel calls dropped. What cannot be recovered (no
+tool call at all, arguments that are not JSON) is a ``Candidate.fault``: an invalid Decision that
+the runtime repairs. A reply cut at ``max_tokens`` is ``finish_reason="length"``, never a Decision.
+
+Retries (seed 001): setting up a call is retried up to ``CONNECT_RETRIES`` times with backoff
+(Retry-After honoured); a stream that stalls (no byte for ``stall_seconds``) or drops is reopened up
+to ``STREAM_RETRIES`` times, but only while no output has arrived -- after that a failure ends the
+run. Cancel is checked before each call, at every chunk, and a watcher closes a stream blocked on
+a read when the run is cancelled or its deadline passes.
+
+Where a served model may live (SECURITY 26): ``ServedAccess`` allows loopback hosts, and only the
+hosts its operator names (``--allow-model-host``) besides; a key is read from the runner's
+environment (the variable the spec names, ``*_API_KEY``) and sent only to a host the operator
+named. No redirect is followed and no proxy variable is read. Keys never appear in a message.
+
+Exceptions::
+
+    ModelUnavailable (agent.model_policy)
+      ServedModelError     one served call failed for good; ``code`` is its bucket:
+        rate_limited       429, a rate-limit error event              retried (Retry-After)
+        server_error       5xx, 529 overloaded, an error event        retried
+        network            connect/read failure, stall, cut stream    retried
+        auth_failed        401/403, no key in the environment         ends the run
+        context_overflow   the prompt does not fit the model          ends the run
+        bad_request        any other 4xx (unknown model, bad schema)  ends the run (runtime_error)
+        host_not_allowed   the base URL's host is not allowed here    refused before any call
+      (tool_runtime, the seventh bucket, is the tools' side: runtime.py ends a run with it when an
+      MCP server breaks)
+"""
+
+from __future__ import annotations
+
+import email.utils
+import ipaddress
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal
+from urllib.parse import urlsplit
+
+from ..model_policy import (
+    Candidate,
+    DecisionRequest,
+    ModelDescription,
+    ModelUnavailable,
+)
+from ..trace import path_hash, redact_text
+
+log = logging.getLogger(__name__)
+
+CONNECT_RETRIES = 3
+STREAM_RETRIES = 6
+STALL_SECONDS = 90.0  # a CPU server may take this long to read a long prompt before its first byte
+CONNECT_SECONDS = 10.0
+MAX_RETRY_AFTER = 60.0
+FINAL_TOOL = "final_answer"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+NO_KEY = "no-key"  # what the SDKs get when no key is sent (they refuse an empty one)
+MAX_TOOL_DESCRIPTION = 1024
+
+BUCKETS = ("rate_limited", "auth_failed", "context_overflow", "network", "bad_request", "server_error",
+           "tool_runtime")
+RETRYABLE = frozenset({"rate_limited", "server_error", "network"})
+Bucket = Literal["rate_limited", "auth_failed", "context_overflow", "network", "bad_request", "server_error",
+                 "tool_runtime", "host_not_allowed"]
+
+
+class ServedModelError(ModelUnavailable):
+    """A served call that failed for good (or, inside the retry loop, one attempt that failed)."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message, code=code, stop_reason="runtime_error" if code == "bad_request" else "model_unavailable")
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in RETRYABLE
+
+
+class StreamCut(Exception):
+    """The stream ended without the protocol's final event (the connection was dropped)."""
+
+
+class ErrorEvent(Exception):
+    """An error object the server sent inside a stream (``{"error": {"message", "code"}}``)."""
+
+    def __init__(self, body: Any):
+        super().__init__("error event")
+        self.body = body
+
+
+# --------------------------------------------------------------------------------------------
+# Where a served model may live, and who gets a key
+# --------------------------------------------------------------------------------------------
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name is never resolved here: 127.0.0.1.nip.io is not loopback
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    host: str  # lower-case host name or address (no brackets)
+    netloc: str  # host[:port] as written, lower-case
+    loopback: bool
+    named: bool  # the operator named this host: it may receive a key
+
+
+@dataclass(frozen=True)
+class ServedAccess:
+    """The served-model hosts this process may contact: loopback, plus ``allow_hosts`` (``host`` or
+    ``host:port``, as the operator wrote them with ``--allow-model-host``)."""
+
+    allow_hosts: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, hosts: Iterable[str] = ()) -> "ServedAccess":
+        return cls(frozenset(h.strip().lower().rstrip("/") for h in hosts if h and h.strip()))
+
+    def endpoint(self, base_url: str) -> Endpoint:
+        parts = urlsplit(base_url)
+        host = (parts.hostname or "").lower()
+        if parts.scheme not in ("http", "https") or not host or parts.username or parts.password \
+                or parts.query or parts.fragment:
+            raise ServedModelError("host_not_allowed", "the base URL must be http(s)://host[:port]/path")
+        netloc = parts.netloc.lower()
+        named = netloc in self.allow_hosts or host in self.allow_hosts or f"[{host}]" in self.allow_hosts
+        loopback = _is_loopback(host)
+        if not (loopback or named):
+            raise ServedModelError(
+                "host_not_allowed",
+                f"served models are loopback-only here; {netloc} is not an allowed host "
+                "(the runner's operator can allow it with --allow-model-host HOST)")
+        return Endpoint(base_url.rstrip("/"), host, netloc, loopback, named)
+
+
+def base_url_of(spec: Any) -> str:
+    return (getattr(spec, "base_url", None) or ANTHROPIC_BASE_URL).rstrip("/")
+
+
+def public_hash(spec: Any) -> str:
+    """The served model's public id (as ``path_hash`` is a local one's): base URL and model, hashed."""
+    return path_hash(f"{base_url_of(spec)}#{spec.model}")
+
+
+def api_key(env_name: str, endpoint: Endpoint) -> str | None:
+    """The key from this process's environment, only for a host the operator named; else None."""
+    if not endpoint.named:
+        return None
+    key = os.environ.get(env_name, "").strip()
+    if not key and not endpoint.loopback:
+        raise ServedModelError("auth_failed", f"{env_name} is not set in the runner's environment")
+    return key or None
+
+
+def http_client(transport: Any = None) -> Any:
+    """The HTTP client the SDKs get: no redirects (the runner is no proxy), no proxy variables."""
+    import httpx2
+
+    return httpx2.Client(transport=transport, follow_redirects=False, trust_env=False,
+                         timeout=httpx2.Timeout(STALL_SECONDS, connect=CONNECT_SECONDS))
+
+
+# --------------------------------------------------------------------------------------------
+# Error buckets
+# --------------------------------------------------------------------------------------------
+
+_OVERFLOW = re.compile(r"context|too long|too many tokens|maximum.{0,40}tokens|exceed", re.I)
+_EVENT_TYPES = {  # Anthropic error event types (and their HTTP statuses)
+    "overloaded_error": ("server_error", 529), "api_error": ("server_error", 500),
+    "rate_limit_error": ("rate_limited", 429), "authentication_error": ("auth_failed", 401),
+    "permission_error": ("auth_failed", 403), "not_found_error": ("bad_request", 404),
+    "request_too_large": ("context_overflow", 413), "invalid_request_error": ("bad_request", 400),
+    "timeout_error": ("network", 504),
+}
+
+
+def _server_message(body: Any) -> str:
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        for key in ("message", "detail", "type"):
+            if isinstance(inner.get(key), str):
+                return inner[key]
+    return body if isinstance(body, str) else ""
+
+
+def _body_type(body: Any) -> str | None:
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        value = inner.get("type")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """Retry-After (seconds or an HTTP date) or retry-after-ms, capped at ``MAX_RETRY_AFTER``."""
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return min(MAX_RETRY_AFTER, max(0.0, float(ms) / 1000))
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            seconds = float(value)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            seconds = when.timestamp() - time.time()
+        return min(MAX_RETRY_AFTER, max(0.0, seconds))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def bucket_for_status(status: int, message: str) -> str:
+    if status == 429:
+        return "rate_limited"
+    if status in (401, 403):
+        return "auth_failed"
+    if status == 413 or (400 <= status < 500 and _OVERFLOW.search(message or "")):
+        return "context_overflow"
+    if status == 408:
+        return "network"
+    if status >= 500 or status == 409:
+        return "server_error"
+    return "bad_request"
+
+
+def classify(exc: BaseException) -> ServedModelError:
+    """Any failure of one call (SDK exception, transport error, cut stream) as a bucketed error.
+
+    Duck-typed over both SDKs: status errors carry ``status_code``, ``response`` and ``body``.
+    The message names the bucket and the HTTP status; the server's own message rides along (the
+    caller redacts it).
+    """
+    if isinstance(exc, ServedModelError):
+        return exc
+    if not _is_call_failure(exc):
+        raise exc  # a bug (TypeError, KeyError, ...) is no bucket: the run ends with runtime_error
+    if isinstance(exc, StreamCut):
+        return ServedModelError("network", "the stream ended before the reply was complete")
+    status = getattr(exc, "status_code", None)
+    body = getattr(exc, "body", None)
+    response = getattr(exc, "response", None)
+    server = _server_message(body)
+    event = _body_type(body)
+    if status is not None and status < 400 and event in _EVENT_TYPES:  # an error event in a 200 stream
+        code, status = _EVENT_TYPES[event]
+        if code == "bad_request" and _OVERFLOW.search(server):
+            code = "context_overflow"
+        return ServedModelError(code, _describe(code, status, server), status=status,
+                                retry_after=retry_after_seconds(getattr(response, "headers", None)))
+    if isinstance(status, int) and 300 <= status < 400:  # redirects are never followed: no proxying
+        return ServedModelError("bad_request", f"bad_request: the server answered a redirect (HTTP {status}), "
+                                               "which is not followed; give the final base URL", status=status)
+    if isinstance(status, int) and status >= 400:
+        code = bucket_for_status(status, server)
+        return ServedModelError(code, _describe(code, status, server), status=status,
+                                retry_after=retry_after_seconds(getattr(response, "headers", None)))
+    name = type(exc).__name__
+    if status is None and body is not None:
+        # An error object inside an OpenAI-style stream: {"error": {"message", "code"}}.
+        inner = body.get("error", body) if isinstance(body, dict) else {}
+        code_value = inner.get("code") if isinstance(inner, dict) else None
+        if isinstance(code_value, int) and code_value >= 400:
+            code = bucket_for_status(code_value, server)
+            return ServedModelError(code, _describe(code, code_value, server), status=code_value)
+        return ServedModelError("server_error", _describe("server_error", None, server))
+    # Connection refused, DNS, TLS, read timeouts (a stall), a connection dropped mid-stream.
+    return ServedModelError("network", f"network: {_plain_name(name)}")
+
+
+def _is_call_failure(exc: BaseException) -> bool:
+    """An SDK error, a transport error or a broken stream -- not a bug in this code."""
+    if isinstance(exc, (StreamCut, ErrorEvent, OSError)):
+        return True
+    return any(getattr(cls, "__module__", "").partition(".")[0] in ("openai", "anthropic", "httpx2", "httpcore2")
+               for cls in type(exc).__mro__)
+
+
+def _plain_name(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
+
+
+_WHAT = {
+    "rate_limited": "the server is rate limiting requests", "auth_failed": "the server refused the credentials",
+    "context_overflow": "the prompt does not fit the model's context", "bad_request": "the server refused the request",
+    "server_error": "the server failed or is overloaded", "network": "the server could not be reached",
+}
+
+
+def _describe(code: str, status: int | None, server: str) -> str:
+    text = f"{code}: {_WHAT.get(code, code)}" + (f" (HTTP {status})" if status else "")
+    server = " ".join(str(server).split())[:200]
+    return text + (f": {server}" if server else "")
+
+
+# --------------------------------------------------------------------------------------------
+# The conversation rebuilt from the runtime's state
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ToolDef:
+    name: str  # the wire name
+    description: str
+    schema: dict[str, Any]
+
+
+@dataclass
+class Turn:
+    """One protocol-neutral turn: user text, the model's tool call, or that call's result."""
+
+    kind: Literal["user", "call", "result"]
+    text: str = ""
+    call_id: str = ""
+    name: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    is_error: bool = False
+
+
+@dataclass
+class Conversation:
+    system: str
+    turns: list[Turn]
+    tools: list[ToolDef]
+    forced: str | None  # the wire name of the tool this step must call; None: the model chooses
+
+
+def wire_names(names: Iterable[str]) -> dict[str, str]:
+    """Wire name -> tool name: both protocols allow [A-Za-z0-9_-]{1,64} (an MCP tool is ``server.tool``)."""
+    out: dict[str, str] = {}
+    for name in names:
+        wire = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:60] or "tool"
+        base, n = wire, 2
+        while wire in out or wire == FINAL_TOOL:
+            wire, n = f"{base[:56]}_{n}", n + 1
+        out[wire] = name
+    return out
+
+
+def call_id(obs_id: str) -> str:
+    return "call_" + re.sub(r"[^A-Za-z0-9_-]", "_", obs_id)
+
+
+def final_tool(branch: Any) -> ToolDef:
+    """``final_answer``: in a guided final branch its answer follows the pack's answer form and it
+    may cite only the evidence the runtime chose; elsewhere the schema is the same every step (a
+    stable tools block keeps the server's prompt cache)."""
+    from ..prompting import answer_schema
+
+    answer: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 2000}
+    ids: dict[str, Any] = {"type": "string"}
+    if branch.kind == "final":
+        answer = answer_schema(branch.answer_form, branch.numbers)
+        if branch.evidence_ids:
+            ids = {"type": "string", "enum": list(branch.evidence_ids)}
+    schema = {"type": "object",
+              "properties": {"answer": answer,
+                             "evidence_ids": {"type": "array", "items": ids, "minItems": 1, "maxItems": 10}},
+              "required": ["answer", "evidence_ids"], "additionalProperties": False}
+    return ToolDef(FINAL_TOOL, "Give the final answer for the user, citing the ids of the Observations "
+                               "it relies on. Call it only when every fact the task needs has a successful "
+                               "Observation.", schema)
+
+
+def build_conversation(request: DecisionRequest, arguments: dict[str, dict[str, Any]],
+                       names: dict[str, str]) -> Conversation:
+    from ..prompting import (
+        VISIBLE_FEEDBACK,
+        VISIBLE_OBSERVATIONS,
+        observation_line,
+        prompt_text,
+    )
+
+    state, branch, registry = request.state, request.branch, request.tools
+    wire = {name: w for w, name in names.items()}
+    turns = [Turn("user", text=f"TASK: {state.goal}")]
+    for obs in state.observations[-VISIBLE_OBSERVATIONS:]:
+        cid = call_id(obs.id)
+        turns.append(Turn("call", call_id=cid, name=wire.get(obs.tool, obs.tool),
+                          arguments=arguments.get(obs.id, obs.attempted_arguments or {})))
+        turns.append(Turn("result", call_id=cid, text=observation_line(obs, registry), is_error=not obs.ok))
+    now: list[str] = []
+    if state.feedback:
+        now += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in state.feedback[-VISIBLE_FEEDBACK:]), ""]
+    now.append("BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in state.budget_left.items()))
+    hints = "\n".join([*state.check_lines, *state.final_hints])
+    if branch.kind == "action":
+        tool = registry.get(branch.tool)
+        hint = state.tool_hints.get(tool.name, tool.hint)
+        if branch.target:
+            hint = f"Still missing: {branch.target}. " + hint
+        now.append(prompt_text("served_action").format(tool=wire[tool.name], tool_description=tool.description,
+                                                       tool_hint=hint))
+        forced = wire[tool.name]
+    elif branch.kind == "final":
+        form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
+                if branch.answer_form else "as plain sentences, in the language of the task.")
+        now.append(prompt_text("served_final").format(evidence_ids=", ".join(branch.evidence_ids),
+                                                      answer_form=form, hints=hints).strip())
+        forced = FINAL_TOOL
+    else:
+        form = f' in exactly this form: "{branch.answer_form}"' if branch.answer_form else ""
+        now.append(prompt_text("served_free").format(answer_form=form, hints=hints).strip())
+        forced = None
+    if request.repair_error is not None:
+        now += ["", prompt_text("served_repair").format(error=request.repair_error)]
+    turns.append(Turn("user", text="\n".join(now)))
+    tools = [ToolDef(wire[t.name], t.description[:MAX_TOOL_DESCRIPTION], t.compact_schema()) for t in registry]
+    tools.append(final_tool(branch))
+    return Conversation(prompt_text("served_system"), turns, tools, forced)
+
+
+# --------------------------------------------------------------------------------------------
+# From a reply to a Decision candidate
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: Any  # a JSON string as streamed, or an object (Anthropic, recovered calls)
+    id: str = ""
+
+
+@dataclass
+class Reply:
+    """What one streamed response said, accumulated chunk by chunk."""
+
+    text: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    finish: str | None = None  # stop | length | cancelled | deadline; None until the stream ends
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int = 0
+    had_output: bool = False  # any text or tool-call byte arrived: no reconnect after that
+
+
+_FENCE = re.compile(r"```[A-Za-z]*\s*(.*?)```", re.S)
+_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+MAX_RECOVER_CHARS = 64 * 1024
+
+
+def _objects(text: str, limit: int = 20) -> Iterable[Any]:
+    decoder = json.JSONDecoder()
+    start, seen = 0, 0
+    while seen < limit:
+        start = text.find("{", start)
+        if start < 0:
+            return
+        seen += 1
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            start += 1
+            continue
+        yield value
+        start += 1
+
+
+def recover_call(text: str) -> ToolCall | None:
+    """A tool call written as JSON in the text: a ```json block, Hermes ``<tool_call>`` tags or bare
+    JSON, shaped ``{"name", "arguments"}`` (also ``parameters``) or as a Decision."""
+    text = text[:MAX_RECOVER_CHARS]
+    pieces = _TAG.findall(text) + _FENCE.findall(text) + [text]
+    for piece in pieces:
+        for value in _objects(piece):
+            if not isinstance(value, dict):
+                continue
+            name = value.get("name", value.get("tool"))
+            if value.get("type") == "final" and "answer" in value:
+                return ToolCall(FINAL_TOOL, {k: v for k, v in value.items() if k != "type"})
+            if isinstance(name, str) and name:
+                args = value.get("arguments", value.get("parameters", {}))
+                return ToolCall(name.removeprefix("functions."), args)
+    return None
+
+
+def _arguments(raw: Any) -> tuple[Any, int]:
+    """(arguments as an object, repairs) or raises ValueError for arguments that are not JSON."""
+    repairs = 0
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, 0
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    if isinstance(raw, str):  # a JSON string holding the JSON object: encoded twice
+        raw = json.loads(raw)
+        repairs += 1
+    return raw, repairs
+
+
+def interpret(reply: Reply, names: dict[str, str]) -> tuple[dict[str, Any] | None, int, tuple[str, str] | None]:
+    """(decision, protocol repairs, fault) of a complete reply."""
+    repairs = 0
+    calls = reply.calls
+    if not calls:
+        recovered = recover_call(reply.text)
+        if recovered is None:
+            return None, 0, ("no_tool_call", "the reply called no tool; call exactly one tool")
+        calls, repairs = [recovered], 1
+    if len(calls) > 1:
+        repairs += 1  # parallel calls are turned off; a server that sends several gets the first one used
+    call = calls[0]
+    name = names.get(call.name, call.name)
+    try:
+        arguments, fixed = _arguments(call.arguments)
+    except (ValueError, RecursionError):
+        return None, repairs, ("invalid_json", f"the arguments of {name[:64]} are not valid JSON; write one JSON object")
+    repairs += fixed
+    if not isinstance(arguments, dict):
+        return None, repairs, ("wrong_type", f"the arguments of {name[:64]} must be a JSON object")
+    if call.name == FINAL_TOOL:
+        ids = arguments.get("evidence_ids")
+        if isinstance(ids, str):  # ["a", "b"] as a string, or "a, b"
+            try:
+                parsed = json.loads(ids)
+            except ValueError:
+                parsed = [part for part in re.split(r"[\s,]+", ids) if part]
+            arguments = {**arguments, "evidence_ids": parsed}
+            repairs += 1
+        return {**arguments, "type": "final"}, repairs, None
+    return {"type": "action", "tool": name, "arguments": arguments}, repairs, None
+
+
+# --------------------------------------------------------------------------------------------
+# The policy
+# --------------------------------------------------------------------------------------------
+
+
+def _stop_reason(request: DecisionRequest) -> str | None:
+    if request.cancel.is_set():
+        return "cancelled"
+    if request.deadline is not None and time.monotonic() >= request.deadline:
+        return "deadline"
+    return None
+
+
+class _Watch:
+    """Closes a stream blocked on a read when the run is cancelled or its deadline passes."""
+
+    def __init__(self, stream: Any, request: DecisionRequest):
+        self.stream, self.request = stream, request
+        self.done = threading.Event()
+        self.fired = False
+        self.thread = threading.Thread(target=self._run, name="served-watch", daemon=True)
+
+    def __enter__(self) -> "_Watch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.done.set()
+        self.thread.join(timeout=1.0)
+
+    def _run(self) -> None:
+        while not self.done.wait(0.05):
+            if _stop_reason(self.request):
+                self.fired = True
+                try:
+                    self.stream.close()
+                except Exception:  # noqa: BLE001 -- closing a stream mid-read may raise anything
+                    pass
+                return
+
+
+def estimate_tokens(chars: int) -> int:
+    """Where a server reports no usage: about four characters a token (Qwen's English average)."""
+    return max(1, chars // 4)
+
+
+class ServedPolicy:
+    """Base of the served clients: the conversation, the retry loop and the Candidate.
+
+    A subclass names its ``protocol`` and implements ``_open`` (start one streamed call, raising
+    the SDK's errors) and ``_consume`` (feed the stream's events into a ``Reply``, checking the
+    stop callback at every chunk). ``on_delta(kind, text)`` (kind "text" or "arguments") sees each
+    piece of output as it arrives, for a live view; nothing else keeps raw model text.
+    """
+
+    protocol = "served"
+
+    def __init__(self, spec: Any, access: ServedAccess | None = None, *, transport: Any = None,
+                 stall_seconds: float = STALL_SECONDS, backoff_seconds: float = 0.5,
+                 wait: Callable[[float, threading.Event], bool] | None = None,
+                 on_delta: Callable[[str, str], None] | None = None):
+        self.spec = spec
+        self.access = access or ServedAccess()
+        self.endpoint = self.access.endpoint(self._base_url())
+        self._secret = api_key(spec.api_key_env, self.endpoint)
+        self.stall_seconds = stall_seconds
+        self.backoff_seconds = backoff_seconds
+        self._wait = wait or (lambda seconds, cancel: cancel.wait(seconds))
+        self.on_delta = on_delta
+        self._http = http_client(transport)
+        self._sdk: Any = None
+        self._closed = False
+        self._pending: list[tuple[str, dict[str, Any]]] = []  # actions proposed, awaiting their Observation
+        self._arguments: dict[str, dict[str, Any]] = {}  # Observation id -> the arguments of its call
+        self.attempts = 0  # calls opened (tests and the bench read it)
+        self.description = ModelDescription(
+            name=redact_text(spec.model)[:120], backend=self.protocol, path_hash=public_hash(spec),
+            device="served", dtype="n/a", details={"kind": spec.kind, "host": self.endpoint.netloc})
+
+    # -- for subclasses ----------------------------------------------------------------------
+
+    def _base_url(self) -> str:
+        return base_url_of(self.spec)
+
+    def _open(self, request: DecisionRequest, conversation: Conversation, timeout: Any) -> Any:
+        raise NotImplementedError
+
+    def _consume(self, stream: Any, reply: Reply, stop: Callable[[], str | None]) -> None:
+        raise NotImplementedError
+
+    # -- Policy ------------------------------------------------------------------------------
+
+    def propose(self, request: DecisionRequest) -> Candidate:
+        if self._closed:
+            raise ModelUnavailable("the served model client was closed", code="model_unloaded")
+        started = time.perf_counter()
+        names = wire_names(request.tools.names)
+        self._remember(request.state.observations)
+        stop = _stop_reason(request)
+        if stop:
+            return Candidate(text="", input_tokens=0, output_tokens=0, latency_ms=0.0, finish_reason=stop)
+        conversation = build_conversation(request, self._arguments, names)
+        reply = self._exchange(request, conversation)
+        latency = (time.perf_counter() - started) * 1000
+        prompt_chars = len(conversation.system) + sum(len(t.text) + len(json.dumps(t.arguments)) for t in conversation.turns)
+        output_chars = len(reply.text) + sum(len(json.dumps(c.arguments)) for c in reply.calls)
+        usage = dict(input_tokens=reply.input_tokens if reply.input_tokens is not None else estimate_tokens(
+                         prompt_chars + len(json.dumps([t.schema for t in conversation.tools]))),
+                     output_tokens=reply.output_tokens if reply.output_tokens is not None else (
+                         estimate_tokens(output_chars) if output_chars else 0),
+                     cached_tokens=reply.cached_tokens, latency_ms=latency)
+        if reply.finish in ("cancelled", "deadline", "length"):
+            return Candidate(text=reply.text, finish_reason=reply.finish, **usage)
+        decision, repairs, fault = interpret(reply, names)
+        if decision is not None and decision["type"] == "action":
+            self._pending.append((decision["tool"], decision["arguments"]))
+        return Candidate(text=reply.text, decision=decision, protocol_repairs=repairs, fault=fault,
+                         finish_reason="stop", **usage)
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._http.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _remember(self, observations: list[Any]) -> None:
+        """Pair new Observations with the calls this policy proposed (their arguments go back to
+        the model with the call); a run that starts over clears the memory."""
+        if not observations:
+            self._pending.clear()
+            self._arguments.clear()
+            return
+        for obs in observations:
+            if obs.id in self._arguments:
+                continue
+            match = next((i for i, (tool, _) in enumerate(self._pending) if tool == obs.tool), None)
+            if match is not None:
+                self._arguments[obs.id] = self._pending.pop(match)[1]
+            elif obs.attempted_arguments is not None:
+                self._arguments[obs.id] = obs.attempted_arguments
+        self._pending.clear()
+
+    def _public(self, error: ServedModelError) -> ServedModelError:
+        """The error as it may leave the process: no key, no path."""
+        message = error.message
+        if self._secret:
+            message = message.replace(self._secret, "[redacted]")
+        error.message = redact_text(message)[:400]
+        error.args = (error.message,)
+        return error
+
+    def _timeout(self, request: DecisionRequest) -> Any:
+        import httpx2
+
+        left = None if request.deadline is None else max(0.1, request.deadline - time.monotonic())
+        read = self.stall_seconds if left is None else min(self.stall_seconds, left + 1.0)
+        return httpx2.Timeout(read, connect=min(CONNECT_SECONDS, left or CONNECT_SECONDS))
+
+    def _backoff(self, error: ServedModelError, failures: int, request: DecisionRequest) -> None:
+        delay = error.retry_after if error.retry_after is not None else self.backoff_seconds * 2 ** (failures - 1)
+        if request.deadline is not None and time.monotonic() + delay >= request.deadline:
+            raise self._public(ServedModelError(
+                error.code, error.message + f" (no time left to retry after {delay:g} s)", status=error.status))
+        log.info("served model %s: %s; retry %d in %.1f s", self.protocol, error.code, failures, delay)
+        self._wait(delay, request.cancel)
+
+    def _exchange(self, request: DecisionRequest, conversation: Conversation) -> Reply:
+        connect_failures = stream_failures = 0
+        while True:
+            stop = _stop_reason(request)
+            if stop:
+                return Reply(finish=stop)
+            self.attempts += 1
+            try:
+                stream = self._open(request, conversation, self._timeout(request))
+            except Exception as exc:  # noqa: BLE001 -- every failure lands in a bucket
+                error = classify(exc)
+                if not error.retryable or connect_failures >= CONNECT_RETRIES:
+                    raise self._public(error) from None
+                connect_failures += 1
+                self._backoff(error, connect_failures, request)
+                continue
+            reply = Reply()
+            try:
+                with _Watch(stream, request):
+                    self._consume(stream, reply, lambda: _stop_reason(request))
+                if reply.finish is None:
+                    raise StreamCut()
+                return reply
+            except Exception as exc:  # noqa: BLE001
+                stop = _stop_reason(request)
+                if stop:
+                    return Reply(finish=stop)
+                error = classify(exc)
+                if reply.had_output or not error.retryable or stream_failures >= STREAM_RETRIES:
+                    if reply.had_output:
+                        error.message += " (after output had arrived, so not retried)"
+                    raise self._public(error) from None
+                stream_failures += 1
+                self._backoff(error, stream_failures, request)
+            finally:
+                try:
+                    stream.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _delta(self, reply: Reply, kind: str, text: str) -> None:
+        if not text:
+            return
+        reply.had_output = True
+        if self.on_delta is not None:
+            self.on_delta(kind, text)
+
+
+def sampling_options(request: DecisionRequest) -> dict[str, Any]:
+    """Temperature/top_p/top_k/seed of this call; a repair is greedy (as in-process)."""
+    sampling = request.sampling
+    temperature = 0.0 if request.purpose == "repair" else sampling.temperature
+    options: dict[str, Any] = {"temperature": temperature}
+    if temperature > 0:
+        options.update(top_p=sampling.top_p, top_k=sampling.top_k)
+    if sampling.seed is not None:
+        options["seed"] = sampling.seed
+    return options
