@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agent.server import BrowserBoundary
+from agent.boundary import BrowserBoundary
 from server_support import GOOD_SCRIPT, PAGE_ORIGIN, make_client, wait_terminal
 
 RUN = {"model_path": "scripted"}
