@@ -372,11 +372,12 @@ def test_a_huge_declared_gguf_array_costs_bounded_cpu(tmp_path):
 
 def test_the_gguf_reader_has_a_time_budget(tmp_path, monkeypatch):
     import agent.backends as backends
+    import agent.backends.headers as headers
 
     model = small_gguf(tmp_path / "m.gguf", "m", sparse_total=300_000)
     assert backends.read_gguf_header(model)["metadata"]["_vocab_size"] == 300_000
-    monkeypatch.setattr(backends, "MAX_GGUF_SECONDS", -1.0)
-    with pytest.raises(backends._Corrupt, match="budget"):
+    monkeypatch.setattr(headers, "MAX_GGUF_SECONDS", -1.0)
+    with pytest.raises(headers._Corrupt, match="budget"):
         backends.read_gguf_header(model)
 
 
