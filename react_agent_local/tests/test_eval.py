@@ -15,8 +15,8 @@ import pytest
 from agent.backends.scripted import ScriptedPolicy
 from agent.cli import main
 from agent.contracts import Budgets, FinalDecision, Observation, RunResult, Sampling
-from agent.evaluation.generator import CASES, OPTIONS, draw_specs, fmt, generate_packs
-from agent.evaluation.grading import grade_run
+from agent.tools.record_packs import CASES, OPTIONS, draw_specs, fmt, generate_packs
+from agent.tools.record_grading import grade_run, verdict_case
 from agent.evaluation.report import (
     build_report,
     quantile,
@@ -24,7 +24,7 @@ from agent.evaluation.report import (
     wilson_interval,
     write_chart,
 )
-from agent.evaluation.suite import EvalRun, resolve_packs, run_suite, verdict_case
+from agent.evaluation.suite import EvalRun, resolve_packs, run_suite
 from agent.model_policy import ModelRequest
 from agent.packs import TaskPack
 

@@ -19,8 +19,8 @@ from typing import Any
 from ..contracts import Budgets, Sampling
 from ..packs import PackError, TaskPack, load_pack
 from ..runtime import PolicySource, run_agent
-from .generator import generate_packs
-from .grading import grade_run
+from ..tools.record_grading import grade_run, verdict_case
+from ..tools.record_packs import generate_packs
 
 GENERATED = "generated:"
 
@@ -50,18 +50,6 @@ class EvalRun:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "independent_success": self.independent_success}
-
-
-def verdict_case(expected: dict[str, Any]) -> str | None:
-    """Which of the four verdict cases a pack's ground truth is (None if it has no release rule)."""
-    knowledge = expected.get("knowledge") or {}
-    batches, rule = knowledge.get("batches") or {}, knowledge.get("release_rule") or {}
-    if not batches or not {"average_gte", "every_batch_gte"} <= set(rule):
-        return None
-    average = (expected.get("calculator") or {}).get("value", sum(batches.values()) / len(batches))
-    avg_ok, floor_ok = average >= rule["average_gte"], min(batches.values()) >= rule["every_batch_gte"]
-    return {(True, True): "both", (False, True): "avg_fails", (True, False): "floor_fails",
-            (False, False): "both_fail"}[(avg_ok, floor_ok)]
 
 
 def parse_generated(spec: str) -> int | None:

@@ -96,3 +96,15 @@ def _right_pair(a: float, b: float, average: Any, batches: dict[str, Any], rule:
         return ((_close(value, average) and _close(threshold, rule.get("average_gte")))
                 or (any(_close(value, v) for v in batches.values()) and _close(threshold, rule.get("every_batch_gte"))))
     return pair(a, b) or pair(b, a)
+
+
+def verdict_case(expected: dict[str, Any]) -> str | None:
+    """Which of the four verdict cases a pack's ground truth is (None if it has no release rule)."""
+    knowledge = expected.get("knowledge") or {}
+    batches, rule = knowledge.get("batches") or {}, knowledge.get("release_rule") or {}
+    if not batches or not {"average_gte", "every_batch_gte"} <= set(rule):
+        return None
+    average = (expected.get("calculator") or {}).get("value", sum(batches.values()) / len(batches))
+    avg_ok, floor_ok = average >= rule["average_gte"], min(batches.values()) >= rule["every_batch_gte"]
+    return {(True, True): "both", (False, True): "avg_fails", (True, False): "floor_fails",
+            (False, False): "both_fail"}[(avg_ok, floor_ok)]
