@@ -14,7 +14,7 @@ Observations (and the goal the user wrote) -- never the ground truth:
   positive one exactly when every check holds.
 
 An operand of a check is a number or a reference to the evidence: ``TOOL.path`` names a field of the
-latest successful Observation of TOOL (``calculator.value``, ``knowledge_search.data.release_rule.x``),
+latest successful Observation of TOOL (``calculator.value``, ``lookup_fact.value``, ``TOOL.data.field``),
 optionally wrapped in ``min``/``max``/``mean``/``sum``/``count`` over a list or an object's values.
 """
 
