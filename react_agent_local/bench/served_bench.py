@@ -74,6 +74,9 @@ def one_run(policy: Any, pack: Any, budgets: Budgets, sampling: Sampling, mode: 
             "protocol_repairs": sum(e.get("protocol_repairs", 0) for e in completed),
             "invalid": sum(e["type"] == "decision.invalid" for e in outcome.events),
             "error": result.error.code if result.error else None,
+            "failed_checks": sorted(k for k, v in (metrics.checks if metrics else {}).items() if not v),
+            "actions": [e["decision"] for e in outcome.events if e["type"] in ("decision.valid", "decision.repaired")
+                        and e["decision"]["type"] == "action"],
             "answer": result.final.answer if result.final else None}
 
 

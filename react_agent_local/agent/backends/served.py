@@ -245,8 +245,9 @@ def build_conversation(request: DecisionRequest, arguments: dict[str, dict[str, 
         hint = state.tool_hints.get(tool.name, tool.hint)
         if branch.target:
             hint = f"Still missing: {branch.target}. " + hint
+        schema = json.dumps(tool.compact_schema(), separators=(",", ":"), ensure_ascii=False)
         now.append(prompt_text("served_action").format(tool=wire[tool.name], tool_description=tool.description,
-                                                       tool_hint=hint))
+                                                       schema=schema, tool_hint=hint))
         forced = wire[tool.name]
     elif branch.kind == "final":
         form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
