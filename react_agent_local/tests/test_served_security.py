@@ -198,3 +198,15 @@ def test_cli_served_model_syntax(tmp_path):
     down = cli("--model", "openai:http://127.0.0.1:9/v1#qwen", "--json", "--max-seconds", "60")
     result = json.loads(down.stdout.strip().splitlines()[-1])
     assert (down.returncode, result["status"], result["error"]["code"]) == (1, "failed", "network")
+
+
+def test_a_malformed_base_url_is_a_clear_refusal_not_a_server_error():
+    from agent.backends.served import ServedAccess, ServedModelError
+
+    for url in ("http://[0]/v1", "http://127.0.0.1:99999/v1", "http://[::1/v1"):
+        try:
+            ServedAccess.of().endpoint(url)
+        except ServedModelError as exc:
+            assert exc.code == "host_not_allowed"
+        else:
+            raise AssertionError(url)

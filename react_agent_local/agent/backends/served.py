@@ -106,8 +106,12 @@ class ServedAccess:
         return cls(frozenset(h.strip().lower().rstrip("/") for h in hosts if h and h.strip()))
 
     def endpoint(self, base_url: str) -> Endpoint:
-        parts = urlsplit(base_url)
-        host = (parts.hostname or "").lower()
+        try:  # urllib raises ValueError for a malformed bracketed host ("http://[0]") or port
+            parts = urlsplit(base_url)
+            host = (parts.hostname or "").lower()
+            parts.port  # noqa: B018 -- validates the port
+        except ValueError:
+            raise ServedModelError("host_not_allowed", "the base URL is not a valid http(s) URL") from None
         if parts.scheme not in ("http", "https") or not host or parts.username or parts.password \
                 or parts.query or parts.fragment:
             raise ServedModelError("host_not_allowed", "the base URL must be http(s)://host[:port]/path")
