@@ -26,7 +26,7 @@ TEST_POLICY_ENV = "REACT_AGENT_TEST_POLICY"
 for _path in (PACKAGE_DIR, PACKAGE_DIR / "tests"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
-from server_support import GOOD_SCRIPT, free_port, stop_process  # noqa: E402
+from server_support import GOOD_SCRIPT, free_port, stop_process  # noqa: E402,F401 -- GOOD_SCRIPT is re-exported to the page tests
 
 # The first scripted output takes a few seconds so a run can be cancelled while the "model" is generating.
 FIRST_CALL_SECONDS = 4.0
@@ -174,6 +174,18 @@ def write_tiny_gguf(path: Path) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium through Playwright, one per test module."""
+    from playwright import sync_api
+
+    assert CHROMIUM.exists(), f"Debian Chromium is not at {CHROMIUM}: run scripts/setup.sh --browser"
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,6 @@ from playwright import sync_api
 from server_support import assert_answer_is_right, require_e2e_model
 
 from .conftest import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     FIRST_CALL_SECONDS,
     GOOD_SCRIPT,
     SCREENSHOTS,
@@ -40,15 +38,6 @@ TEST_POLICY_LABEL = "测试策略 (scripted test policy) — 不是真实模型"
 # --------------------------------------------------------------------------------------------
 # Fixtures
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    assert CHROMIUM.exists(), f"Debian Chromium is not at {CHROMIUM}: run scripts/setup.sh --browser"
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,10 @@ from typing import Any, Iterator
 import pytest
 from playwright import sync_api
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS, GOOD_SCRIPT, Process, start_runner, write_tiny_gguf
+from .conftest import GOOD_SCRIPT, Process, start_runner, write_tiny_gguf
 
 pytestmark = pytest.mark.browser
 expect = sync_api.expect
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    assert CHROMIUM.exists(), f"Debian Chromium is not at {CHROMIUM}: run scripts/setup.sh --browser"
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from playwright import sync_api
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS, GOOD_SCRIPT, Process, start_runner, write_tiny_gguf
+from .conftest import GOOD_SCRIPT, Process, start_runner, write_tiny_gguf
 
 pytestmark = pytest.mark.browser
 
@@ -131,15 +131,6 @@ class CuttingProxy:
         self.closed = True
         self.listener.close()
         self.cut_streams()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    assert CHROMIUM.exists(), f"Debian Chromium is not at {CHROMIUM}: run scripts/setup.sh --browser"
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
