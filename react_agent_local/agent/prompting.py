@@ -233,6 +233,7 @@ def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptStat
         '{"type": "action", "tool": NAME, "arguments": {...}} for the first fact still missing, or, when '
         "every fact the task needs has a successful Observation, a final "
         f'{{"type": "final", "evidence_ids": [IDS], "answer": TEXT}}{form}.'
+        + (f"\nStill missing: {branch.target} ({branch.tool})." if branch.target else "")
         + (f"\n{hints}" if hints else "")
     )
 

@@ -588,8 +588,12 @@ class Run:
         if self.mode == "free":
             citable = tuple(o.id for o in self.observations[-VISIBLE_OBSERVATIONS:] if o.ok)
             form, numbers = self._final_form(citable)
-            return Branch("free", evidence_ids=citable, answer_form=form, numbers=numbers,
-                          summary="Free mode: the model chooses the next tool or the final answer.")
+            # The model chooses, but it is told which declared item no Observation covers yet
+            # (free-mode runs of the population pack looked the same fact up until the loop guard).
+            missing = next(((tool, item) for tool, items in task.subgoals.items() if tool in self.tools
+                            for item in items if item_key(item) not in self._covered(tool)), (None, None))
+            return Branch("free", tool=missing[0], target=missing[1], evidence_ids=citable, answer_form=form,
+                          numbers=numbers, summary="Free mode: the model chooses the next tool or the final answer.")
         for tool in task.required_tools:
             items = task.subgoals.get(tool)
             if items:

@@ -61,6 +61,10 @@ def test_population_ratio_free_mode(tmp_path):
     assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
     tools = {alt["properties"]["tool"]["const"] for alt in policy.requests[0].value_schema["anyOf"]}
     assert tools == {"lookup_fact", "calculator"}
+    # Free mode still says which declared fact no Observation covers yet.
+    assert "Still missing: 台北人口 (lookup_fact)" in policy.requests[0].messages[-1]["content"]
+    assert "Still missing: 纽约人口 (lookup_fact)" in policy.requests[1].messages[-1]["content"]
+    assert "Still missing" not in policy.requests[2].messages[-1]["content"]
 
 
 def test_unknown_fact_is_a_structured_error_the_model_recovers_from(tmp_path):
