@@ -300,6 +300,25 @@ def test_cancel_closes_a_stream_blocked_on_a_read(tmp_path):
     assert time.monotonic() - started < 5 and stall.closed.is_set()
 
 
+def test_cancel_leaves_a_call_still_waiting_for_its_headers(tmp_path):
+    """A server busy reading the prompt sends no headers yet: the run still ends at once."""
+    release = threading.Event()
+
+    def busy(request, body):
+        release.wait(30)
+        return openai_reply("knowledge_search", ARGS["knowledge_search"])
+
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    started = time.monotonic()
+    try:
+        outcome = run(openai_policy(FakeServer(busy)), tmp_path, cancel=cancel)
+    finally:
+        release.set()
+    assert (outcome.result.status, outcome.result.stop_reason) == ("cancelled", "cancelled")
+    assert time.monotonic() - started < 5
+
+
 def test_the_deadline_ends_a_blocked_stream_as_a_timeout(tmp_path):
     server = FakeServer([StallStream(seconds=30)])
     started = time.monotonic()

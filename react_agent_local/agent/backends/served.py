@@ -18,8 +18,9 @@ the runtime repairs. A reply cut at ``max_tokens`` is ``finish_reason="length"``
 Retries (seed 001): setting up a call is retried up to ``CONNECT_RETRIES`` times with backoff
 (Retry-After honoured); a stream that stalls (no byte for ``stall_seconds``) or drops is reopened up
 to ``STREAM_RETRIES`` times, but only while no output has arrived -- after that a failure ends the
-run. Cancel is checked before each call, at every chunk, and a watcher closes a stream blocked on
-a read when the run is cancelled or its deadline passes.
+run. Cancel is checked before each call and at every chunk; each call runs in a worker thread, and
+the run's thread leaves it (closing its stream) the moment the run is cancelled or its deadline
+passes, even while it waits for headers or for a byte that does not come.
 
 Where a served model may live (SECURITY 26): ``ServedAccess`` allows loopback hosts, and only the
 hosts its operator names (``--allow-model-host``) besides; a key is read from the runner's
@@ -395,32 +396,55 @@ def _stop_reason(request: DecisionRequest) -> str | None:
     return None
 
 
-class _Watch:
-    """Closes a stream blocked on a read when the run is cancelled or its deadline passes."""
+class _Call:
+    """One streamed call in a worker thread, so that the run's thread can leave it the moment the
+    run is cancelled or its deadline passes: a socket read blocked in another thread cannot be
+    interrupted reliably (closing the socket does not wake it), so a left call is closed and
+    abandoned, and it ends on its own at its next byte or timeout."""
 
-    def __init__(self, stream: Any, request: DecisionRequest):
-        self.stream, self.request = stream, request
+    def __init__(self, policy: "ServedPolicy", request: DecisionRequest, conversation: Conversation):
+        self.policy, self.request, self.conversation = policy, request, conversation
+        self.reply = Reply()
+        self.stream: Any = None
+        self.opened = False
+        self.error: BaseException | None = None
+        self.abandoned = False
         self.done = threading.Event()
-        self.fired = False
-        self.thread = threading.Thread(target=self._run, name="served-watch", daemon=True)
+        threading.Thread(target=self._run, name="served-call", daemon=True).start()
 
-    def __enter__(self) -> "_Watch":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.done.set()
-        self.thread.join(timeout=1.0)
+    def _stop(self) -> str | None:
+        return "cancelled" if self.abandoned else _stop_reason(self.request)
 
     def _run(self) -> None:
+        try:
+            self.stream = self.policy._open(self.request, self.conversation, self.policy._timeout(self.request))
+            self.opened = True
+            self.policy._consume(self.stream, self.reply, self._stop)
+            if self.reply.finish is None:
+                raise StreamCut()
+        except BaseException as exc:  # noqa: BLE001 -- handed to the run's thread
+            self.error = exc
+        finally:
+            self.close()
+            self.done.set()
+
+    def close(self) -> None:
+        try:
+            if self.stream is not None:
+                self.stream.close()
+        except Exception:  # noqa: BLE001 -- closing a stream mid-read may raise anything
+            pass
+
+    def wait(self) -> str | None:
+        """None when the call ended; else the stop reason that made the run's thread leave it."""
         while not self.done.wait(0.05):
-            if _stop_reason(self.request):
-                self.fired = True
-                try:
-                    self.stream.close()
-                except Exception:  # noqa: BLE001 -- closing a stream mid-read may raise anything
-                    pass
-                return
+            stop = _stop_reason(self.request)
+            if stop:
+                self.abandoned = True
+                self.close()
+                self.policy._abandon()
+                return stop
+        return None
 
 
 def estimate_tokens(chars: int) -> int:
@@ -451,6 +475,7 @@ class ServedPolicy:
         self.backoff_seconds = backoff_seconds
         self._wait = wait or (lambda seconds, cancel: cancel.wait(seconds))
         self.on_delta = on_delta
+        self._transport = transport
         self._http = http_client(transport)
         self._sdk: Any = None
         self._closed = False
@@ -558,38 +583,33 @@ class ServedPolicy:
             if stop:
                 return Reply(finish=stop)
             self.attempts += 1
-            try:
-                stream = self._open(request, conversation, self._timeout(request))
-            except Exception as exc:  # noqa: BLE001 -- every failure lands in a bucket
-                error = classify(exc)
+            call = _Call(self, request, conversation)
+            stop = call.wait()
+            if stop:
+                return Reply(finish=stop)
+            if call.error is None:
+                return call.reply
+            error = classify(call.error)  # a bug is raised again here
+            if not call.opened:  # setting up the call failed: connect retries
                 if not error.retryable or connect_failures >= CONNECT_RETRIES:
                     raise self._public(error) from None
                 connect_failures += 1
-                self._backoff(error, connect_failures, request)
-                continue
-            reply = Reply()
-            try:
-                with _Watch(stream, request):
-                    self._consume(stream, reply, lambda: _stop_reason(request))
-                if reply.finish is None:
-                    raise StreamCut()
-                return reply
-            except Exception as exc:  # noqa: BLE001
-                stop = _stop_reason(request)
-                if stop:
-                    return Reply(finish=stop)
-                error = classify(exc)
-                if reply.had_output or not error.retryable or stream_failures >= STREAM_RETRIES:
-                    if reply.had_output:
+            else:  # the stream broke: reopened only while nothing has arrived
+                if call.reply.had_output or not error.retryable or stream_failures >= STREAM_RETRIES:
+                    if call.reply.had_output:
                         error.message += " (after output had arrived, so not retried)"
                     raise self._public(error) from None
                 stream_failures += 1
-                self._backoff(error, stream_failures, request)
-            finally:
-                try:
-                    stream.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            self._backoff(error, stream_failures if call.opened else connect_failures, request)
+
+    def _abandon(self) -> None:
+        """A left call keeps its client; later calls get a fresh one (closing the old ends its
+        connections as soon as the left thread touches them again)."""
+        http, self._http, self._sdk = self._http, http_client(self._transport), None
+        try:
+            http.close()
+        except Exception:  # noqa: BLE001 -- the left thread may be using it
+            pass
 
     def _delta(self, reply: Reply, kind: str, text: str) -> None:
         if not text:
