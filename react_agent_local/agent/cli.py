@@ -154,6 +154,58 @@ def served_spec(args: argparse.Namespace) -> OpenAICompatibleSpec | AnthropicSpe
     return TypeAdapter(ModelSpec).validate_python(data)
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model flags of ``run`` and ``eval``: a local file or folder, or a served model."""
+    parser.add_argument("--model", default=None,
+                        help="GGUF file or model directory (default: the downloaded 1.5B); or a served model: "
+                             "openai:BASE_URL#NAME (an OpenAI-compatible server, e.g. openai:http://127.0.0.1:8080/v1#qwen) "
+                             "or anthropic:NAME")
+    parser.add_argument("--served", default=None, choices=["openai_compatible", "anthropic"],
+                        help="a served model given by --base-url and --model-name instead of --model")
+    parser.add_argument("--base-url", default=None, help="the served model's base URL (e.g. http://127.0.0.1:8000/v1)")
+    parser.add_argument("--model-name", default=None, help="the served model's name, as its server lists it")
+    parser.add_argument("--api-key-env", default=None, metavar="NAME",
+                        help="environment variable holding the served model's key (default OPENAI_API_KEY / "
+                             "ANTHROPIC_API_KEY); the key itself is never an argument")
+    parser.add_argument("--strict-tools", action="store_true", help="send strict tool schemas (OpenAI's API)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+
+
+class ModelChoiceError(ValueError):
+    """The model flags name no usable model (the message is one operator-facing sentence)."""
+
+
+def model_spec(args: argparse.Namespace) -> ModelSpec:
+    """The ModelSpec the model flags name: a served model, the given local path, or the default download."""
+    try:
+        served = served_spec(args)
+        if served is not None:
+            return served
+        model = Path(args.model).expanduser() if args.model else default_model()
+        if model is None:
+            raise ModelChoiceError("no local model found. Download one first, e.g.\n"
+                                   "  python download_model.py --preset qwen2.5-coder-1.5b-gguf\n"
+                                   "then run again (or pass --model PATH)")
+        return LocalModelSpec(path=str(model), backend=args.backend, device=args.device, dtype=args.dtype)
+    except ValidationError as exc:
+        raise ModelChoiceError(f"--model: {exc.errors()[0]['msg']}") from None
+    except ModelChoiceError:
+        raise
+    except ValueError as exc:
+        raise ModelChoiceError(f"--model: {exc}") from None
+
+
+def load_spec(spec: ModelSpec) -> Any:
+    """Load the model a terminal command named: the host on its command line is allowed (and gets the key)."""
+    from .backends import load_model
+    from .backends.served import ServedAccess, base_url_of
+
+    hosts = [] if spec.kind == "local" else [urlsplit(base_url_of(spec)).netloc]
+    return load_model(spec, ServedAccess.of(hosts))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .model_policy import ModelUnavailable  # noqa: F401  (documented failure type)
     from .runtime import run_agent
@@ -167,16 +219,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        served = served_spec(args)
-    except (ValueError, ValidationError) as exc:
-        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        print(f"error: --model: {message}. Nothing was run.", file=sys.stderr)
-        return 2
-    model = None if served else Path(args.model).expanduser() if args.model else default_model()
-    if model is None and served is None:
-        print("error: no local model found. Download one first, e.g.\n"
-              "  python download_model.py --preset qwen2.5-coder-1.5b-gguf\n"
-              "then run again (or pass --model PATH). Nothing was run.", file=sys.stderr)
+        spec = model_spec(args)
+    except ModelChoiceError as exc:
+        print(f"error: {exc}. Nothing was run.", file=sys.stderr)
         return 2
     try:
         budgets = Budgets(**{k: v for k, v in {
@@ -185,7 +230,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         sampling = Sampling(**{k: v for k, v in {
             "temperature": args.temperature, "seed": args.seed, "top_p": args.top_p,
             "top_k": args.top_k}.items() if v is not None})
-        spec = served or LocalModelSpec(path=str(model), backend=args.backend, device=args.device, dtype=args.dtype)
     except ValidationError as exc:
         for problem in exc.errors():
             flag = "--" + "-".join(str(part) for part in problem["loc"]).replace("_", "-")
@@ -193,11 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
 
     def load():
-        from .backends import load_model
-        from .backends.served import ServedAccess, base_url_of
-
-        # The terminal is the operator: the host named on its command line is allowed (and gets the key).
-        return load_model(spec, ServedAccess.of([urlsplit(base_url_of(spec)).netloc] if served else []))
+        return load_spec(spec)
 
     allowed = None
     if args.tools is not None:
@@ -310,21 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a task pack with a real local model")
     run.add_argument("--pack", default=None, help="task pack name or directory (default: the package itself)")
-    run.add_argument("--model", default=None,
-                     help="GGUF file or model directory (default: the downloaded 1.5B); or a served model: "
-                          "openai:BASE_URL#NAME (an OpenAI-compatible server, e.g. openai:http://127.0.0.1:8080/v1#qwen) "
-                          "or anthropic:NAME")
-    run.add_argument("--served", default=None, choices=["openai_compatible", "anthropic"],
-                     help="a served model given by --base-url and --model-name instead of --model")
-    run.add_argument("--base-url", default=None, help="the served model's base URL (e.g. http://127.0.0.1:8000/v1)")
-    run.add_argument("--model-name", default=None, help="the served model's name, as its server lists it")
-    run.add_argument("--api-key-env", default=None, metavar="NAME",
-                     help="environment variable holding the served model's key (default OPENAI_API_KEY / "
-                          "ANTHROPIC_API_KEY); the key itself is never an argument")
-    run.add_argument("--strict-tools", action="store_true", help="send strict tool schemas (OpenAI's API)")
-    run.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
-    run.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    add_model_arguments(run)
     run.add_argument("--mode", default=None, choices=["guided", "free"], help="override the pack's mode")
     run.add_argument("--tools", default=None, help="comma-separated: narrow the pack's tools to these (never widen)")
     run.add_argument("--max-steps", type=int, default=None)

@@ -308,12 +308,36 @@ def test_an_interrupted_eval_still_reports_the_runs_that_finished(tmp_path, monk
     (["--packs", "no_such_pack"], "no_such_pack"),
     (["--packs", "generated:2", "--runs", "0"], "--runs"),
     (["--packs", "generated:2", "--temperature", "3"], "--temperature"),
+    (["--packs", "generated:2", "--model", "openai:http://127.0.0.1:8080/v1"], "openai:BASE_URL#MODEL_NAME"),
+    (["--packs", "generated:2", "--served", "openai_compatible", "--model-name", "qwen"], "--base-url"),
 ])
 def test_eval_refusals_run_nothing(flags, named, tmp_path, capsys):
     assert main(["eval", "--model", str(tmp_path / "m.gguf"), "--out", str(tmp_path / "out"), *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and named in err and "Nothing was run" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_eval_runs_a_served_model_named_like_run_does(tmp_path, monkeypatch, capsys):
+    """``eval --model openai:URL#NAME`` loads that served model once (its host allowed, as the
+    operator named it) and every run of the suite gets it."""
+    from agent import backends
+
+    loaded = []
+
+    def load_model(spec, access=None, **options):
+        loaded.append((spec, access))
+        return ScriptedPolicy([lambda request: "not a decision"] * 50)
+
+    monkeypatch.setattr(backends, "load_model", load_model)
+    out = tmp_path / "report"
+    assert main(["eval", "--model", "openai:http://127.0.0.1:8080/v1#qwen", "--packs", "generated:2",
+                 "--out", str(out), "--no-progress"]) == 0
+    [(spec, access)] = loaded
+    assert (spec.kind, spec.base_url, spec.model) == ("openai_compatible", "http://127.0.0.1:8080/v1", "qwen")
+    assert access.endpoint(spec.base_url).named  # the operator's host: it may receive the key
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["overall"]["task_success"]["runs"] == 2
 
 
 def test_resolve_packs_reads_a_folder_of_packs_or_one_pack(tmp_path):

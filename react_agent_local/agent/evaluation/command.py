@@ -1,11 +1,12 @@
 """``python -m agent eval``: packs × seeds with one resident model, then the report (R-EVAL).
 
-    python -m agent eval --model PATH --packs DIR|NAME|generated:N --runs K [--seed S]
+    python -m agent eval --model PATH|openai:BASE_URL#NAME|anthropic:NAME --packs DIR|NAME|generated:N --runs K [--seed S]
                          [--temperature T] [--top-p P] [--top-k K] [--mode guided|free] [--out DIR]
 
 Operator mistakes (bad flag values, no model, unknown packs) are one ``error:`` line and exit 2,
-before anything is loaded or written. The model is loaded once through ``backends.load_policy``
-(the same process-wide resident model ``agent run`` and the runner use) and every run gets it.
+before anything is loaded or written. The model is loaded once through ``backends.load_model``
+(a local one is the same process-wide resident model ``agent run`` and the runner use; a served one
+is one client) and every run gets it. The model flags are ``run``'s (``cli.add_model_arguments``).
 The report goes to ``--out`` (default ``<runs dir>/eval/<timestamp>/``: ``.runs/`` beside the package in a
 checkout, see ``packs.DEFAULT_RUNS_DIR``).
 """
@@ -25,14 +26,13 @@ from ..packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import add_model_arguments
+
     parser.add_argument("--packs", required=True,
                         help="a pack folder, a folder of pack folders, a pack name, or generated:N")
     parser.add_argument("--runs", type=int, default=1, help="runs per pack (seeds S, S+1, ...)")
     parser.add_argument("--seed", type=int, default=0, help="first sampling seed; also seeds generated:N")
-    parser.add_argument("--model", default=None, help="GGUF file or model directory (default: the downloaded 1.5B)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    add_model_arguments(parser)
     parser.add_argument("--mode", default=None, choices=["guided", "free"], help="override each pack's mode")
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--top-p", type=float, default=None, help="nucleus mass when sampling (default 0.8)")
@@ -79,23 +79,23 @@ def main(args: argparse.Namespace) -> int:
         packs = None if generated else find_packs(args.packs)
     except PackError as exc:
         return _refuse(str(exc))
-    from ..cli import default_model
+    from ..cli import ModelChoiceError, model_spec
 
-    model = Path(args.model).expanduser() if args.model else default_model()
-    if model is None:
-        return _refuse("no local model found; download one first (python download_model.py --preset "
-                       "qwen2.5-coder-1.5b-gguf) or pass --model PATH")
-    return _evaluate(args, budgets, sampling, model, packs)
+    try:
+        spec = model_spec(args)
+    except ModelChoiceError as exc:
+        return _refuse(str(exc))
+    return _evaluate(args, budgets, sampling, spec, packs)
 
 
-def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, model: Path, packs: list | None) -> int:
-    from ..backends import load_policy
+def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, spec: Any, packs: list | None) -> int:
+    from ..cli import load_spec
     from ..model_policy import ModelUnavailable
     from .report import build_report, to_markdown, write_chart
     from .suite import resolve_packs, run_suite
 
     try:
-        policy = load_policy(str(model), device=args.device, dtype=args.dtype, backend=args.backend)
+        policy = load_spec(spec)
     except ModelUnavailable as exc:
         return _refuse(exc.message)
     out = Path(args.out).expanduser() if args.out else DEFAULT_RUNS_DIR / "eval" / time.strftime("%Y%m%d-%H%M%S")
