@@ -20,6 +20,9 @@ client's own GIL contention (the runner and the client share the machine's cores
 
     python bench/load_check.py [--mode both|poll|sse] [--jobs 50] [--pollers 100] [--subscribers 100]
                                [--interval 0.05] [--timeout 300]
+
+``--mode concurrent`` is the check with a real served model instead of the scripted policy: several
+jobs at once on one runner against llama-cpp-python's server (``bench/concurrent_check.py``).
 """
 
 from __future__ import annotations
@@ -305,13 +308,19 @@ async def run_check(args: argparse.Namespace, port: int, proc: subprocess.Popen)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=("both", "poll", "sse"), default="both")
+    parser.add_argument("--mode", choices=("both", "poll", "sse", "concurrent"), default="both")
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--pollers", type=int, default=100)
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between one poller's requests")
     parser.add_argument("--timeout", type=float, default=300.0, help="bound on each phase (seconds)")
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.mode == "concurrent":  # its own options and defaults (--model, --jobs 4, --limits, ...)
+        import concurrent_check
+
+        return concurrent_check.main(sys.argv[1:] if argv is None else argv)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="load-check-") as tmp:
