@@ -86,6 +86,7 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    forced_tokens: int = 0  # output tokens the grammar forced (appended at prompt speed, not sampled)
     model_ms: float = 0.0
     tool_ms: float = 0.0
     action_attempts: int = 0  # actions proposed (valid or rejected)

@@ -111,6 +111,8 @@ class Generation:
     finish_reason: FinishReason = "stop"
     cached_tokens: int = 0  # prompt tokens reused from the KV cache (0 where unknown)
     prompt_eval_ms: float | None = None
+    #: of ``output_tokens``, those the grammar forced (appended in a batch at prompt speed, not sampled)
+    forced_tokens: int = 0
 
 
 @dataclass
@@ -174,7 +176,7 @@ class ContinuationPolicy:
         gen = self.generate(request.continuation())
         return Candidate(text=gen.text, input_tokens=gen.input_tokens, output_tokens=gen.output_tokens,
                          latency_ms=gen.latency_ms, finish_reason=gen.finish_reason, cached_tokens=gen.cached_tokens,
-                         prompt_eval_ms=gen.prompt_eval_ms)
+                         prompt_eval_ms=gen.prompt_eval_ms, forced_tokens=gen.forced_tokens)
 
     def close(self) -> None:
         pass

@@ -220,13 +220,14 @@ class Run:
         self.usage.input_tokens += candidate.input_tokens
         self.usage.output_tokens += candidate.output_tokens
         self.usage.cached_tokens += candidate.cached_tokens
+        self.usage.forced_tokens += candidate.forced_tokens
         self.usage.model_ms += candidate.latency_ms
         self.usage.recoverable += candidate.protocol_repairs
         self.usage.recovered += candidate.protocol_repairs
         self.trace.emit(completed_type, "model", self.step, attempt,
                         model=self.policy.description.public(),
                         usage={"input_tokens": candidate.input_tokens, "output_tokens": candidate.output_tokens,
-                               "cached_tokens": candidate.cached_tokens},
+                               "cached_tokens": candidate.cached_tokens, "forced_tokens": candidate.forced_tokens},
                         latency_ms=round(candidate.latency_ms, 3),
                         output_sha256=sha256_text(candidate.text if candidate.decision is None
                                                   else canonical(candidate.decision)),

@@ -254,26 +254,6 @@ def test_complete_json_end(text, end):
     assert complete_json_end(text) == end
 
 
-def test_grammar_schema_rewrites():
-    from agent.backends.llama_cpp import grammar_schema
-
-    ks = grammar_schema(TOOL_ARGUMENTS["knowledge_search"].model_json_schema())
-    assert ks["properties"]["top_k"] == {"enum": [1, 2, 3, 4]}
-    assert ks["properties"]["query"] == {"type": "string", "minLength": 1}
-    calc = grammar_schema(TOOL_ARGUMENTS["calculator"].model_json_schema())
-    assert calc["properties"]["expression"] == {"type": "string", "pattern": r"^[0-9 +\-*/().]{1,240}$"}
-    plot = grammar_schema(TOOL_ARGUMENTS["plot"].model_json_schema())
-    assert plot["properties"]["labels"]["maxItems"] == 20
-    assert plot["properties"]["labels"]["items"] == {"type": "string", "minLength": 1, "maxLength": 40}
-    assert plot["additionalProperties"] is False and "title" not in plot
-    # A property *named* title is a field, not an annotation: it must survive, and stay required.
-    assert set(plot["properties"]) == {"labels", "values", "title", "average", "y_label"}
-    assert plot["properties"]["title"]["type"] == "string" and "title" in plot["required"]
-    nested = grammar_schema({"$defs": {"X": {"type": "integer", "minimum": 0, "maximum": 2}},
-                             "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}})
-    assert nested["properties"]["x"] == {"enum": [0, 1, 2]} and "$defs" not in nested
-
-
 @pytest.fixture(scope="module")
 def value_schemas(tmp_path_factory) -> dict[str, dict]:
     """The tools' argument schemas, and every value schema the runtime really sends a model, captured
@@ -296,25 +276,57 @@ def value_schemas(tmp_path_factory) -> dict[str, dict]:
     return schemas
 
 
-def test_gbnf_conversion_for_every_tool(value_schemas):
-    from agent.backends.llama_cpp import schema_to_gbnf
+def test_every_value_schema_compiles_to_a_grammar(value_schemas):
+    """Every schema the runtime sends a local model compiles in llguidance, with and without the
+    leading space a value after a colon gets; broken schemas are reported as errors, not crashes."""
+    import llguidance
+
+    from agent.backends.guidance import value_grammar, without_lengths_beside_patterns
+
+    def compiles(schema, lead):
+        return not llguidance.LLMatcher.validate_grammar_with_warnings(value_grammar(schema, lead))[0]
 
     for name, schema in value_schemas.items():
-        gbnf = schema_to_gbnf(schema)
-        assert gbnf.count("root ::=") == 1, name
-        assert '[^"\\\\] |' not in gbnf  # raw control characters are excluded from strings
-    assert r'[0-9 +\-*/().]' in schema_to_gbnf(value_schemas["calculator"])
+        for lead in ("", " "):
+            # as the backend does: the schema, else the same with the pattern alone bounding strings
+            assert compiles(schema, lead) or compiles(without_lengths_beside_patterns(schema), lead), name
+    for broken in ({"type": "string", "pattern": "[a-"}, {"type": "strin"}):
+        assert llguidance.LLMatcher.validate_grammar_with_warnings(value_grammar(broken))[0]
 
 
 @pytest.mark.slow
-def test_gbnf_compiles_in_llama_cpp(value_schemas):
-    from agent.backends.llama_cpp import compile_check, schema_to_gbnf
+def test_guidance_on_the_real_vocab_forces_literal_text_and_masks_the_rest(value_schemas):
+    from agent.backends.guidance import Guidance
+    from agent.prompting import answer_schema
 
     vocab_only = llama_cpp.Llama(str(real_05b()), vocab_only=True, verbose=False)
     try:
+        guidance = Guidance(vocab_only._model.vocab, eos_token=vocab_only._model.token_eos())
         for name, schema in value_schemas.items():
-            assert compile_check(vocab_only._model.vocab, schema_to_gbnf(schema)), name
-        assert not compile_check(vocab_only._model.vocab, "root ::= [a-")
+            assert guidance.grammar(schema, " ") is not None, name
+        assert guidance.failures == 0
+        assert guidance.grammar({"type": "string", "pattern": "[a-"}) is None and guidance.failures == 1
+
+        tokenize = lambda text: vocab_only.tokenize(text.encode(), add_bos=False, special=False)  # noqa: E731
+        form = answer_schema("Average {number}; verdict {ship|hold}.", ("78", "61.5"))
+        matcher = guidance.matcher(guidance.grammar(form, " "))
+        head = matcher.forced(100)  # the literal text up to the first slot, as the model's own tokens
+        assert vocab_only.detokenize(head).decode().startswith(' "Average')
+        assert not matcher.allows(tokenize("99")[0])  # a number no observation holds
+        mask = matcher.allowed_mask(vocab_only.n_vocab())
+        assert mask.shape == (vocab_only.n_vocab(),) and 0 < mask.sum() < 1000
+        wanted, produced = ' "Average 78; verdict hold."', list(head)
+        while not matcher.stopped:  # the model's part: a token at a time, the grammar's part forced
+            written = vocab_only.detokenize(produced).decode()
+            assert wanted.startswith(written), written
+            token = tokenize(wanted[len(written):])[0]
+            assert matcher.allows(token), (written, token)
+            matcher.accept(token)
+            produced += [token] + matcher.forced(100)
+        assert vocab_only.detokenize(produced).decode() == wanted
+        assert matcher.stopped
+        calc = guidance.matcher(guidance.grammar(TOOL_ARGUMENTS["calculator"].model_json_schema(), " "))
+        assert vocab_only.detokenize(calc.forced(100)).decode().startswith(' {"expression')
     finally:
         vocab_only.close()
 

@@ -43,7 +43,7 @@ Kind = Literal["gguf", "safetensors"]
 BackendName = Literal["llama_cpp", "transformers"]
 
 INSTALL_HINTS = {
-    "llama_cpp": "pip install llama-cpp-python==0.3.36 (builds from source, a few minutes)",
+    "llama_cpp": "pip install llama-cpp-python==0.3.36 llguidance==1.9.1 (llama.cpp builds from source, a few minutes)",
     "torch": "pip install torch (CPU wheel) and transformers",
     "transformers": "pip install transformers",
 }

@@ -1,41 +1,27 @@
-"""llama.cpp backend (GGUF): one resident ``Llama``, the GGUF's own chat template, grammar decoding.
+"""llama.cpp backend (GGUF): one resident ``Llama``, the GGUF's own chat template, constrained decoding.
 
 Each step the runtime writes the JSON prefix into the assistant turn (R-DEC-3). We render the chat
 template with ``add_generation_prompt=True``, append ``request.prefix`` and continue with raw
 completion; ``create_chat_completion`` cannot continue after an assistant prefix. When the request
-carries ``value_schema``, sampling is constrained by a GBNF grammar for exactly that value (the
-arguments object, or the answer string); the runtime appends ``request.suffix`` itself. Generation
-stops at end-of-turn, at ``max_new_tokens``, as soon as the text is one complete JSON value, or at
-the request's deadline/cancel (checked between prompt chunks and between tokens).
+carries ``value_schema``, decoding is constrained to exactly that value by llguidance (``guidance``):
+tokens the grammar forbids are never chosen, and tokens it forces are appended in one batch at prompt
+speed instead of being sampled (``forced_tokens``). The runtime appends ``request.suffix`` itself.
+Generation stops at end-of-turn, at ``max_new_tokens``, as soon as the text is one complete JSON
+value, or at the request's deadline/cancel (checked between prompt chunks and between tokens).
 
 KV reuse (R-RT-9): llama-cpp-python keeps the tokens it evaluated last; the prompt prefix shared
 with them is not evaluated again and is reported as ``cached_tokens``.
 
-Grammar limits of llama-cpp-python 0.3.36's json-schema converter, and what ``grammar_schema``
-does about them (pydantic's schema in, a schema the converter enforces faithfully out):
-
-* integer ``minimum``/``maximum`` are ignored -> a small range becomes an ``enum`` of its values;
-* ``pattern`` wins over ``minLength``/``maxLength`` -> a ``^[class]+$`` pattern gets the lengths as
-  a ``{min,max}`` quantifier (the calculator's character class keeps working);
-* ``maxLength`` becomes a chain of nested optional rules; beyond ``MAX_GRAMMAR_LENGTH`` characters
-  the bound is left to max_new_tokens and the runtime's validator (``minLength`` is kept);
-* number ``minimum``/``maximum``, ``default``, ``title``, ``description`` are dropped (the
-  runtime validates the value anyway); local ``$ref``s are inlined;
-* its string rule admits raw control characters, which are not valid JSON; the generated GBNF is
-  patched so strings exclude U+0000..U+001F and U+007F (escapes such as ``\\n`` stay possible).
-
-A grammar that still fails to compile is never handed to llama.cpp (a NULL sampler would crash the
-process): that request runs unconstrained and ``grammar_failures`` counts it. The grammar is
-applied lazily (see ``_Sampler``), which halves the cost of constrained decoding on a CPU.
+A grammar that fails to compile is never applied: that request runs unconstrained and
+``grammar_failures`` counts it (the runtime validates every value anyway). The grammar is applied
+lazily (see ``_Sampler``): a token is sampled from the model's own distribution first and only
+checked; the mask over the whole vocabulary is applied only when that token is not allowed.
 """
 
 from __future__ import annotations
 
-import copy
 import ctypes
-import json
 import os
-import re
 import sys
 import threading
 import time
@@ -47,10 +33,6 @@ from . import INSTALL_HINTS, ContextOverflow, ModelLocation, complete_json_end
 
 DEFAULT_N_CTX = 8192
 PREFILL_CHUNK = 128  # prompt tokens per decode call; deadline/cancel is checked between chunks
-MAX_ENUM_RANGE = 64
-MAX_GRAMMAR_LENGTH = 400
-
-_STRING_CHAR_RULE = re.compile(r'^char ::= \[\^"\\\\\] ', re.M)
 
 
 def _import_llama_cpp():
@@ -100,99 +82,6 @@ def resolve_device_dtype(device: str, dtype: str) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Grammar
-# --------------------------------------------------------------------------------------------
-
-_DROP = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "readOnly", "writeOnly"}
-_SIMPLE_CLASS_PATTERN = re.compile(r"^\^(\[(?:[^\]\\]|\\.)+\])([+*])\$$")
-
-
-def grammar_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """Rewrite a pydantic JSON schema into one that the llama.cpp converter enforces (see module doc)."""
-    defs = {**schema.get("$defs", {}), **schema.get("definitions", {})}
-
-    def inline(node: Any, depth: int = 0) -> Any:
-        if depth > 32:
-            raise ValueError("schema nests too deeply")
-        if isinstance(node, list):
-            return [inline(v, depth + 1) for v in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")):
-            target = defs.get(ref.rsplit("/", 1)[-1])
-            if target is None:
-                raise ValueError(f"unresolved $ref {ref}")
-            merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
-            return inline(merged, depth + 1)
-        out = {
-            # Under "properties" the keys are field names (a field may be called "title"), not keywords.
-            k: ({name: inline(sub, depth + 1) for name, sub in v.items()} if k == "properties" else inline(v, depth + 1))
-            for k, v in node.items()
-            if k not in _DROP and k not in ("$defs", "definitions")
-        }
-        return _tighten(out)
-
-    return inline(schema)
-
-
-def _tighten(node: dict[str, Any]) -> dict[str, Any]:
-    kind = node.get("type")
-    if kind == "integer" and "enum" not in node:
-        low = node.pop("minimum", None)
-        high = node.pop("maximum", None)
-        if "exclusiveMinimum" in node:
-            low = node.pop("exclusiveMinimum") + 1
-        if "exclusiveMaximum" in node:
-            high = node.pop("exclusiveMaximum") - 1
-        if isinstance(low, int) and isinstance(high, int) and 0 <= high - low < MAX_ENUM_RANGE:
-            return {"enum": list(range(low, high + 1))}
-    elif kind == "number":
-        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
-            node.pop(key, None)
-    elif kind == "string":
-        low, high = node.get("minLength", 0), node.get("maxLength")
-        if high is not None and high > MAX_GRAMMAR_LENGTH:
-            node.pop("maxLength")
-            high = None
-        if "pattern" in node:
-            match = _SIMPLE_CLASS_PATTERN.match(node["pattern"])
-            if match:
-                char_class, quant = match.groups()
-                low = max(low, 1 if quant == "+" else 0)
-                bound = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
-                node["pattern"] = f"^{char_class}{bound}$"
-            node.pop("minLength", None)
-            node.pop("maxLength", None)
-        elif high is None and low <= 1:
-            node.pop("maxLength", None)
-            if low == 0:
-                node.pop("minLength", None)
-    return node
-
-
-def schema_to_gbnf(schema: dict[str, Any]) -> str:
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    gbnf = json_schema_to_gbnf(json.dumps(grammar_schema(schema)))
-    # The converter's string char admits raw control characters (invalid JSON); exclude them.
-    gbnf = _STRING_CHAR_RULE.sub(r'char ::= [^"\\\\\\x7F\\x00-\\x1F] ', gbnf)
-    # The runtime's prefix ends at a colon; let the value start with the space the model would
-    # naturally write there (forcing "{" straight after ":" pushes it off its likeliest tokens).
-    return 'root ::= " "? root-value\n' + gbnf.replace("root ::=", "root-value ::=", 1)
-
-
-def compile_check(vocab: Any, gbnf: str) -> bool:
-    """Parse the grammar with llama.cpp itself; a NULL sampler means it does not compile."""
-    llama_cpp = _import_llama_cpp()
-    sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
-    if not sampler:
-        return False
-    llama_cpp.llama_sampler_free(sampler)
-    return True
-
-
-# --------------------------------------------------------------------------------------------
 # The policy
 # --------------------------------------------------------------------------------------------
 
@@ -207,8 +96,6 @@ class LlamaCppPolicy(ContinuationPolicy):
 
         device, dtype = resolve_device_dtype(device, dtype)
         self._lock = threading.Lock()
-        self._grammars: dict[str, Any] = {}
-        self.grammar_failures = 0
         self.n_threads = n_threads or physical_cores()
         started = time.perf_counter()
         try:
@@ -236,12 +123,19 @@ class LlamaCppPolicy(ContinuationPolicy):
         )
         self._llama_cpp = llama_cpp
         self._is_eog = lambda tok: bool(llama_cpp.llama_vocab_is_eog(model.vocab, tok))
+        try:
+            from .guidance import Guidance
+
+            self._guidance = Guidance(model.vocab, eos_token=model.token_eos())
+        except ModelUnavailable:
+            self.close()
+            raise
         self.description = ModelDescription(
             name=loc.name, backend="llama_cpp", path_hash=loc.path_hash, device=device, dtype="auto",
             details={"kind": "gguf", "n_ctx": self.n_ctx, "n_threads": self.n_threads,
                      "architecture": meta.get("general.architecture"),
                      "quantization": _file_type_name(meta.get("general.file_type")),
-                     "load_ms": round(self.load_ms, 1), "grammar": True},
+                     "load_ms": round(self.load_ms, 1), "grammar": True, "grammar_engine": "llguidance"},
         )
 
     # -- prompt ------------------------------------------------------------------------------
@@ -258,23 +152,10 @@ class LlamaCppPolicy(ContinuationPolicy):
     def tokenize(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
 
-    def grammar_for(self, schema: dict[str, Any] | None) -> str | None:
-        """Checked GBNF for ``schema`` (cached); None when absent or when it does not compile."""
-        if schema is None:
-            return None
-        key = json.dumps(schema, sort_keys=True)
-        if key not in self._grammars:
-            gbnf = None
-            try:
-                gbnf = schema_to_gbnf(schema)
-                if not compile_check(self._llm._model.vocab, gbnf):
-                    gbnf = None
-            except Exception:  # converter assertion on an unsupported construct
-                gbnf = None
-            if gbnf is None:
-                self.grammar_failures += 1
-            self._grammars[key] = gbnf
-        return self._grammars[key]
+    @property
+    def grammar_failures(self) -> int:
+        """Requests whose value schema did not compile (they ran unconstrained)."""
+        return self._guidance.failures
 
     # -- generation --------------------------------------------------------------------------
 
@@ -292,12 +173,15 @@ class LlamaCppPolicy(ContinuationPolicy):
         if budget < 1:
             raise ContextOverflow(f"the prompt has {len(tokens)} tokens; with {request.max_new_tokens} to "
                                   f"generate it exceeds the model context of {self.n_ctx} tokens")
-        gbnf = self.grammar_for(request.value_schema)
+        # A value after a prefix that ends at a colon starts with the space the model would write there.
+        grammar = self._guidance.grammar(request.value_schema, lead=" " if request.prefix.endswith(":") else "")
+        out: list[int] = []
+        forced = 0
 
-        def done(text: str, out: int, reason: str, cached: int, prefill_ms: float | None) -> Generation:
-            return Generation(text=text, input_tokens=len(tokens), output_tokens=out,
+        def done(text: str, reason: str, cached: int, prefill_ms: float | None) -> Generation:
+            return Generation(text=text, input_tokens=len(tokens), output_tokens=len(out),
                               latency_ms=(time.perf_counter() - started) * 1000, finish_reason=reason,
-                              cached_tokens=cached, prompt_eval_ms=prefill_ms)
+                              cached_tokens=cached, prompt_eval_ms=prefill_ms, forced_tokens=forced)
 
         # Prefill all but the last prompt token in chunks, so a deadline or cancel can interrupt a
         # long prompt; the KV cache keeps whatever prefix this prompt shares with the previous one.
@@ -310,41 +194,56 @@ class LlamaCppPolicy(ContinuationPolicy):
         for begin in range(cached, len(tokens) - 1, PREFILL_CHUNK):
             reason = request.should_stop()
             if reason:
-                return done("", 0, reason, cached, (time.perf_counter() - prefill_started) * 1000)
+                return done("", reason, cached, (time.perf_counter() - prefill_started) * 1000)
             llm.eval(tokens[begin: min(begin + PREFILL_CHUNK, len(tokens) - 1)])
         prefill_ms = (time.perf_counter() - prefill_started) * 1000
 
         reason = request.should_stop()
         if reason:
-            return done("", 0, reason, cached, prefill_ms)
-        out: list[int] = []
+            return done("", reason, cached, prefill_ms)
+        matcher = self._guidance.matcher(grammar) if grammar is not None else None
+        sampler = _Sampler(self._llama_cpp, llm, matcher, request, self._is_eog)
         text, finish = "", "length"
-        sampler = _Sampler(self._llama_cpp, llm, gbnf, request)
+        # ``pending`` is evaluated in one batch before the next sample: the last prompt token (its
+        # logits give the first new token), then each sampled token with the tokens it forces.
+        pending = tokens[-1:]
+        new = matcher.forced(budget) if matcher is not None else []
+        forced += len(new)
         try:
-            llm.eval(tokens[-1:])  # the last prompt token gives the logits of the first new one
             while True:
+                if new:
+                    out.extend(new)
+                    pending += new
+                    text = llm.detokenize(out, prev_tokens=tokens).decode("utf-8", errors="ignore")
+                    if request.on_text is not None:
+                        request.on_text(text)
+                    end = complete_json_end(text)
+                    if end is not None:
+                        text, finish = text[:end], "stop"
+                        break
+                    if matcher is not None and matcher.stopped:
+                        finish = "stop"
+                        break
+                    if len(out) >= budget:
+                        break
+                    reason = request.should_stop()
+                    if reason:
+                        finish = reason
+                        break
+                llm.eval(pending)
                 token = sampler.sample()
                 if token is None or self._is_eog(token):
                     finish = "stop"
                     break
-                out.append(token)
-                text = llm.detokenize(out, prev_tokens=tokens).decode("utf-8", errors="ignore")
-                if request.on_text is not None:
-                    request.on_text(text)
-                end = complete_json_end(text)
-                if end is not None:
-                    text, finish = text[:end], "stop"
-                    break
-                if len(out) >= budget:
-                    break
-                reason = request.should_stop()
-                if reason:
-                    finish = reason
-                    break
-                llm.eval([token])
+                pending = []
+                new = [token]
+                if matcher is not None:
+                    more = matcher.forced(budget - len(out) - 1)
+                    forced += len(more)
+                    new += more
         finally:
             sampler.close()
-        return done(text, len(out), finish, cached, prefill_ms)
+        return done(text, finish, cached, prefill_ms)
 
     def close(self) -> None:
         with self._lock:
@@ -360,19 +259,20 @@ class _Sampler:
     The stages run in transformers' order (temperature first, then top-k and top-p), so
     ``top_p``/``top_k`` mean what they mean in a model's ``generation_config.json``.
 
-    Applying a grammar to all ~150k candidates costs about as much as a decode step on a 2-core
-    CPU, so (like llama.cpp's own common sampler) the token is first sampled without the grammar
-    and only checked against it; the grammar filters the whole vocabulary only when that token is
-    not allowed. Every token accepted into the grammar is one it allows: an invalid one would
-    abort llama.cpp.
+    The token is first sampled from the model's own distribution and only checked against the
+    grammar; the grammar's mask is applied to all ~150k logits (and the token sampled again) only
+    when that token is not allowed. Both ways draw from the same masked distribution. Every token
+    accepted is one the grammar allows; an end-of-turn token ends the value only where the grammar
+    could end it.
     """
 
-    def __init__(self, lc: Any, llm: Any, gbnf: str | None, request: ModelRequest):
+    def __init__(self, lc: Any, llm: Any, matcher: Any, request: ModelRequest, is_eog: Any):
         import random
 
         from llama_cpp._internals import LlamaTokenDataArray
 
         self.lc, self.ctx, self.n_vocab = lc, llm._ctx.ctx, llm.n_vocab()
+        self.matcher, self.is_eog = matcher, is_eog
         self.chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
         if request.temperature > 0:
             seed = request.seed if request.seed is not None else random.getrandbits(32)
@@ -381,55 +281,42 @@ class _Sampler:
                 lc.llama_sampler_chain_add(self.chain, stage)
         else:
             lc.llama_sampler_chain_add(self.chain, lc.llama_sampler_init_greedy())
-        self.grammar = None
-        if gbnf is not None:
-            self.grammar = lc.llama_sampler_init_grammar(llm._model.vocab, gbnf.encode("utf-8"), b"root")
-            if not self.grammar:  # checked before; never hand llama.cpp a NULL sampler
-                self.close()
-                raise ModelUnavailable("the grammar failed to compile", code="grammar_failed")
-            self.one = LlamaTokenDataArray(n_vocab=1)
-            self.full = LlamaTokenDataArray(n_vocab=self.n_vocab)
+        self.full = LlamaTokenDataArray(n_vocab=self.n_vocab) if matcher is not None else None
         self.resampled = 0
-
-    def _allowed(self, token: int) -> bool:
-        import math
-
-        one = self.one
-        one.candidates_data.id[0], one.candidates_data.logit[0], one.candidates_data.p[0] = token, 0.0, 0.0
-        one.candidates.size, one.candidates.selected, one.candidates.sorted = 1, -1, False
-        self.lc.llama_sampler_apply(self.grammar, ctypes.byref(one.candidates))
-        return math.isfinite(float(one.candidates_data.logit[0]))
 
     def sample(self) -> int | None:
         """The next token, or None when the grammar allows nothing (a dead end)."""
         lc = self.lc
         token = int(lc.llama_sampler_sample(self.chain, self.ctx, -1))
-        if self.grammar is None:
+        if self.matcher is None:
             return token
-        if not self._allowed(token):
+        if self.is_eog(token) and self.matcher.accepting:
+            return token
+        if not self.matcher.allows(token):
             import numpy as np
 
             self.resampled += 1
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
+            mask = self.matcher.allowed_mask(self.n_vocab)
+            if not mask.any():
+                return None
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,)).copy()
+            logits[~mask] = -np.inf
             self.full.copy_logits(logits)
             self.full.candidates.selected = -1
-            lc.llama_sampler_apply(self.grammar, ctypes.byref(self.full.candidates))
             lc.llama_sampler_apply(self.chain, ctypes.byref(self.full.candidates))
             chosen = int(self.full.candidates.selected)
             if not 0 <= chosen < int(self.full.candidates.size):
                 return None
             token = int(self.full.candidates_data.id[chosen])
-            if not np.isfinite(self.full.candidates_data.logit[chosen]) or not self._allowed(token):
+            if not np.isfinite(self.full.candidates_data.logit[chosen]) or not self.matcher.allows(token):
                 return None
-        lc.llama_sampler_accept(self.grammar, token)
+        self.matcher.accept(token)
         return token
 
     def close(self) -> None:
-        for name in ("chain", "grammar"):
-            sampler = getattr(self, name, None)
-            if sampler:
-                self.lc.llama_sampler_free(sampler)
-            setattr(self, name, None)
+        if self.chain:
+            self.lc.llama_sampler_free(self.chain)
+        self.chain = None
 
 
 def _common_prefix(a: Any, b: list[int], limit: int) -> int:

@@ -1,0 +1,145 @@
+"""Constrained decoding with llguidance: the one JSON value a step asks for, forced text in batches.
+
+Each step the runtime asks a local model for one JSON value that matches a schema -- a tool's
+arguments, the Final's answer (an answer form is a ``pattern``), or free mode's whole Decision.
+llguidance compiles that schema into a grammar over the model's own tokens and, token by token, says
+which tokens may come next (a bitmask, computed in microseconds) and which tokens are *forced*: the
+only continuation the grammar admits, such as an answer form's literal text, a key name or a closing
+bracket. Forced tokens are not sampled one by one at generation speed; the backend evaluates them in
+one batch at prompt speed (jump-forward decoding) and counts them as ``forced_tokens``.
+
+Token boundaries are llguidance's business: ``compute_ff_tokens`` forwards only tokens that no longer
+token could replace (a forced segment that ends inside a longer token is left to sampling), so the
+text is tokenized as the model itself would have.
+
+JSON is laid out the way the runtime writes its prefixes (``", "`` between items, ``": "`` after keys,
+no other whitespace), so the layout is forced too. A value that follows a prefix ending in ``:``
+starts with the space the model would naturally write there.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..model_policy import ModelUnavailable
+from . import INSTALL_HINTS
+
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def _import_llguidance():
+    try:
+        import llguidance
+        import llguidance.llamacpp
+    except ImportError:
+        raise ModelUnavailable(f"llguidance is not installed ({INSTALL_HINTS['llama_cpp']})",
+                               code="dependency_missing") from None
+    return llguidance
+
+
+def value_grammar(schema: dict[str, Any], lead: str = "") -> str:
+    """A Lark grammar (llguidance's dialect) for ``lead`` then one JSON value matching ``schema``."""
+    body = {**schema, "x-guidance": JSON_LAYOUT}
+    start = f"start: {json.dumps(lead)} value\n" if lead else "start: value\n"
+    return start + "value: %json " + json.dumps(body, ensure_ascii=False)
+
+
+def without_lengths_beside_patterns(node: Any) -> Any:
+    """``node`` with ``minLength``/``maxLength`` dropped from every string schema that has a ``pattern``."""
+    if isinstance(node, list):
+        return [without_lengths_beside_patterns(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    drop = ("minLength", "maxLength") if "pattern" in node else ()
+    return {k: without_lengths_beside_patterns(v) for k, v in node.items() if k not in drop}
+
+
+class Guidance:
+    """One model's tokenizer as llguidance sees it (built once, ~1 s) and its compiled grammars."""
+
+    def __init__(self, vocab: Any, eos_token: int | None = None):
+        import warnings
+
+        llguidance = _import_llguidance()
+        self._lib = llguidance
+        with warnings.catch_warnings():  # its bridge calls a llama.cpp function deprecated in 0.3.36, once per token
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(vocab, eos_token=eos_token)
+        self._grammars: dict[str, str | None] = {}
+        self.failures = 0
+
+    def grammar(self, schema: dict[str, Any] | None, lead: str = "") -> str | None:
+        """The checked grammar for ``schema`` (cached); None when absent or when it does not compile."""
+        if schema is None:
+            return None
+        key = lead + json.dumps(schema, sort_keys=True)
+        if key not in self._grammars:
+            # A long pattern intersected with a length bound can exceed what llguidance decides
+            # ("unable to determine if regex is empty"): then the pattern alone constrains the
+            # value, and the runtime's validator (and max_new_tokens) still enforce the lengths.
+            for candidate in (schema, without_lengths_beside_patterns(schema)):
+                grammar = value_grammar(candidate, lead)
+                if self._compiles(grammar):
+                    break
+            else:
+                self.failures += 1
+                grammar = None
+            self._grammars[key] = grammar
+        return self._grammars[key]
+
+    def _compiles(self, grammar: str) -> bool:
+        try:
+            is_error, _messages = self._lib.LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
+        except Exception:  # a construct the compiler rejects outright
+            return False
+        return not is_error
+
+    def matcher(self, grammar: str) -> "Matcher":
+        return Matcher(self._lib.LLMatcher(self.tokenizer, grammar), self.tokenizer.vocab_size)
+
+
+class Matcher:
+    """Where one generation stands in its grammar."""
+
+    def __init__(self, matcher: Any, vocab_size: int):
+        self._m = matcher
+        self.vocab_size = vocab_size
+        if matcher.is_error():
+            raise ModelUnavailable("the grammar failed to compile", code="grammar_failed")
+
+    def allows(self, token: int) -> bool:
+        return 0 <= token < self.vocab_size and self._m.validate_tokens([token]) == 1
+
+    def allowed_mask(self, n_vocab: int) -> Any:
+        """Boolean array over the model's ``n_vocab`` logits: True where the grammar allows the token."""
+        import numpy as np
+
+        bits = np.unpackbits(np.frombuffer(self._m.compute_bitmask(), dtype=np.uint8), bitorder="little")
+        mask = np.zeros(n_vocab, dtype=bool)
+        n = min(n_vocab, self.vocab_size)
+        mask[:n] = bits[:n].astype(bool)
+        return mask
+
+    def accept(self, token: int) -> None:
+        if not self._m.consume_token(token):
+            raise ModelUnavailable("the grammar refused a token it had allowed", code="grammar_failed")
+
+    def forced(self, limit: int) -> list[int]:
+        """The tokens the grammar forces next (at most ``limit``), already accepted."""
+        if limit < 1 or self._m.is_stopped():
+            return []
+        tokens = list(self._m.compute_ff_tokens())[:limit]
+        if tokens and not self._m.consume_tokens(tokens):
+            raise ModelUnavailable("the grammar refused its own forced tokens", code="grammar_failed")
+        return tokens
+
+    @property
+    def accepting(self) -> bool:
+        """The value may end here."""
+        return bool(self._m.is_accepting())
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing more may follow (the value is complete)."""
+        return bool(self._m.is_stopped())
