@@ -26,6 +26,10 @@ LABEL = {"en": "The model's explanation of this run (its words, not facts; the t
          "zh": "模型对这次运行的解释（这是模型的话，不是事实；以 trace 为准）"}
 
 
+_SENTENCE = r'(?:[^.!?。！？"\\\x00-\x1f]|[.][0-9]){1,240}[.!?。！？] ?'
+EXPLANATION_SCHEMA = {"type": "string", "pattern": f"^(?:{_SENTENCE}){{1,6}}$"}
+
+
 class ExplainRefused(Exception):
     """The run cannot be explained (still going, no events); ``code`` is stable."""
 
@@ -50,7 +54,7 @@ def _event_line(e: dict[str, Any]) -> str | None:
         what = (f"action {d.get('tool')} {_short(d.get('arguments'))}" if d.get("type") == "action"
                 else f"final citing {d.get('evidence_ids')}")
         repaired = " (after a repair)" if t == "decision.repaired" else ""
-        return f"step {step}: decision{repaired}: {what}; runtime summary: {_short(e.get('decision_summary', ''))}"
+        return f"step {step}: decision{repaired}: {what}; why the runtime asked for it: {_short(e.get('decision_summary', ''))}"
     if t == "decision.invalid":
         return f"step {step}: invalid model output ({e.get('code')}), the runtime asked again"
     if t == "tool.rejected":
@@ -79,11 +83,31 @@ def _event_line(e: dict[str, Any]) -> str | None:
     return None
 
 
+FAULT_EVENTS = ("decision.invalid", "decision.repaired", "tool.rejected", "tool.retry", "tool.failed",
+                "guard.no_progress", "guard.loop_detected")
+
+
+def _faults_line(events: list[dict[str, Any]]) -> str:
+    """What went wrong during the run, counted by the runtime (so a model need not guess "none")."""
+    counts: dict[str, int] = {}
+    for e in events:
+        t = e.get("type")
+        if t in FAULT_EVENTS or (t == "final.validated" and not e.get("accepted")) or (
+                t == "tool.observation" and not (e.get("observation") or {}).get("ok")):
+            name = "refused final" if t == "final.validated" else "failed observation" if t == "tool.observation" else t
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return "faults: none (no invalid output, no rejected or failed tool call, no refused final, no guard)"
+    return "faults: " + ", ".join(f"{n} x {name}" for name, n in counts.items())
+
+
 def trace_digest(events: Iterable[dict[str, Any]], limit: int = DIGEST_CHARS) -> str:
     """A bounded, redacted account of the run, one line per meaningful event."""
+    events = list(events)
     lines = [line for line in (_event_line(e) for e in events) if line]
     if not lines or not lines[-1].startswith("run finished"):
         raise ExplainRefused("run_not_finished", "the run has not finished yet; explain it when it has")
+    lines.insert(len(lines) - 1, _faults_line(events))
     digest = "\n".join(lines)
     if len(digest) > limit:  # keep the start and the end: how it began and why it stopped
         head, tail = lines[:4], []
@@ -98,15 +122,16 @@ def trace_digest(events: Iterable[dict[str, Any]], limit: int = DIGEST_CHARS) ->
 
 
 def explain_messages(digest: str, language: str) -> list[dict[str, str]]:
+    """The record first, the question last (where a small model follows it best)."""
     if language == "zh":
-        ask = ("下面是一次智能体运行的记录（由运行时写下）。请用中文、不超过 5 句话解释：每一步为什么选择这个动作，"
-               "运行如何从错误中恢复（如果有），以及运行为什么停止。只根据记录，不要编造。")
+        ask = ("请用中文、3 到 6 句话向学习者解释这次运行：每一步为什么选择这个动作（记录里写了运行时的理由），"
+               "有没有出错、运行如何恢复（看 faults 一行），以及运行为什么停止。只根据记录，不要编造。")
     else:
-        ask = ("Below is the record of one agent run, written by the runtime. In at most 5 sentences, explain "
-               "why each action was chosen, how the run recovered from faults (if any) and why it stopped. "
-               "Use only the record; do not invent anything.")
+        ask = ("Explain this run to a learner in 3 to 6 sentences: why each action was chosen (the record gives "
+               "the runtime's reason for each step), whether anything went wrong and how the run recovered (see "
+               "the faults line), and why it stopped. Use only the record; do not invent anything.")
     return [{"role": "system", "content": "You explain agent runs to a learner, briefly and only from the record."},
-            {"role": "user", "content": f"{ask}\n\nRECORD:\n{digest}"}]
+            {"role": "user", "content": f"RECORD of one agent run, written by the runtime:\n{digest}\n\n{ask}"}]
 
 
 @dataclass
@@ -131,9 +156,10 @@ def explain(events: list[dict[str, Any]], policy: Any, *, language: str | None =
     """Ask ``policy`` (a ContinuationPolicy) for the explanation; ``on_text`` gets the text so far."""
     digest = trace_digest(events)
     language = language if language in LABEL else "en"
-    # The answer is a JSON string so a grammar-constrained backend stops cleanly at its end.
-    request = ModelRequest(messages=explain_messages(digest, language), prefix='"',
-                           value_schema={"type": "string", "minLength": 1, "maxLength": 1200}, suffix="",
+    # The answer is one JSON string: a grammar-constrained backend holds it to at most six sentences
+    # (a decimal point does not end one) and stops cleanly at its end.
+    request = ModelRequest(messages=explain_messages(digest, language), prefix="",
+                           value_schema=EXPLANATION_SCHEMA, suffix="",
                            max_new_tokens=max_tokens, temperature=0.0, deadline=time.monotonic() + seconds,
                            on_text=(lambda text: on_text(_partial_string(text))) if on_text else None)
     generation = policy.generate(request)
@@ -144,6 +170,8 @@ def explain(events: list[dict[str, Any]], policy: Any, *, language: str | None =
 
 def _partial_string(text: str) -> str:
     """The content of the JSON string the model is writing (closed or not yet)."""
+    text = text.lstrip()
+    text = text[1:] if text.startswith('"') else text
     body = text[:-1] if text.endswith('"') and not text.endswith('\\"') else text
     try:
         return json.loads('"' + body + '"')

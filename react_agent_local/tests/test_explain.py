@@ -4,6 +4,7 @@ labelled as such, streamed; refused while the run is going or without a model.""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -29,6 +30,7 @@ def test_the_digest_is_bounded_redacted_and_complete(tmp_path):
     digest = trace_digest(events)
     assert len(digest) <= DIGEST_CHARS
     assert "invalid model output (invalid_json)" in digest and "action calculator" in digest
+    assert "faults: 1 x decision.invalid" in digest and "why the runtime asked for it:" in digest
     assert digest.splitlines()[-1].startswith("run finished: completed/completed; task success True")
     assert "/home/alice" not in digest and "not json" not in digest
     long = events[:2] + [e for e in events[2:-1] for _ in range(60)] + events[-1:]
@@ -42,17 +44,21 @@ def test_an_unfinished_run_is_refused(tmp_path):
 
 
 def test_the_explanation_is_the_models_words_labelled(tmp_path):
-    policy = ScriptedPolicy([json.dumps(SAYS)[1:]])
+    policy = ScriptedPolicy([json.dumps(SAYS)])
     seen = []
     result = explain(_events(tmp_path), policy, language="en", on_text=seen.append)
     assert result.text == SAYS and result.label == LABEL["en"] and seen[-1].startswith(SAYS)
     prompt = policy.requests[0].messages[-1]["content"]
-    assert "RECORD:" in prompt and len(prompt) < DIGEST_CHARS + 600 and policy.requests[0].max_new_tokens <= 256
-    assert policy.requests[0].prefix == '"' and policy.requests[0].temperature == 0.0
+    assert prompt.startswith("RECORD of one agent run") and len(prompt) < DIGEST_CHARS + 600 and policy.requests[0].max_new_tokens <= 256
+    assert policy.requests[0].prefix == "" and policy.requests[0].temperature == 0.0
+    # the grammar holds the explanation to at most six sentences
+    pattern = re.compile(policy.requests[0].value_schema["pattern"])
+    assert pattern.match(SAYS) and pattern.match("It searched. It computed 79.5. It plotted.")
+    assert not pattern.match("One. Two. Three. Four. Five. Six. Seven.")
 
 
 def test_the_runner_streams_an_explanation_of_a_finished_run(tmp_path):
-    explainer = ScriptedPolicy([json.dumps(SAYS)[1:]])
+    explainer = ScriptedPolicy([json.dumps(SAYS)])
     with make_client(tmp_path / "runs", GOOD_SCRIPT, explain_policy_factory=lambda body: explainer) as c:
         run_id = c.post("/agent/runs", json={"model_path": "scripted"}).json()["id"]
         wait_terminal(c, run_id)
@@ -76,3 +82,9 @@ def test_the_runner_refuses_a_running_run_and_a_missing_model(tmp_path):
         wait_terminal(c, run_id)
         missing = c.post(f"/agent/runs/{run_id}/explain", json={"model_path": "scripted"})
         assert missing.status_code == 409 and missing.json()["error"]["code"] == "model_unavailable"
+
+
+def test_a_clean_run_says_it_had_no_faults(tmp_path):
+    outcome, _ = run_scripted(chain_outputs(load_pack(None)), tmp_path)
+    lines = trace_digest(outcome.events).splitlines()
+    assert lines[-2].startswith("faults: none") and lines[-1].startswith("run finished")
