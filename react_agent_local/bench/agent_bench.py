@@ -5,8 +5,13 @@ per run) N times, plus the alternative pack(s), and prints:
   - Task Success count, median and p90 wall seconds per run, steps;
   - per-step means: prompt tokens evaluated vs reused from the KV cache, output tokens, model
     seconds, plus per run tool seconds and runtime overhead (wall - model - tool);
-  - the "physical limit": the same token counts divided by this model's measured prompt-processing
-    and generation rates on this machine (measured here, through the same backend, before the runs).
+  - per run: prompt tokens evaluated and reused from the KV cache, output tokens sampled and forced
+    (the grammar's only continuation, appended at prompt speed), and the *new information* per step:
+    the prompt tokens a call does not share with the previous call of the run (the new Observation,
+    feedback, budget line and instruction; the whole prompt for a run's first call);
+  - the "physical limit": what the run cannot avoid -- reading the new information and the forced
+    tokens at this model's measured prompt-processing rate, and deciding the sampled tokens at its
+    generation rate (both measured here, through the same backend, before the runs) -- and wall / limit.
 
     ../.venv/bin/python bench/agent_bench.py --model PATH [--model PATH2] [--runs 10] [--backend auto]
     ../.venv/bin/python bench/agent_bench.py --model PATH --json out.json
@@ -63,14 +68,43 @@ def measure_rates(policy: Any) -> dict[str, float]:
     return {"prompt_tokens_per_s": statistics.median(pp), "gen_tokens_per_s": statistics.median(gen)}
 
 
+class NewInformation:
+    """Wraps a local policy: per call, the prompt tokens not shared with the previous call of the run."""
+
+    def __init__(self, policy: Any):
+        self.policy, self.description = policy, policy.description
+        self.previous: list[int] | None = None
+        self.new: list[int] = []
+
+    def start_run(self) -> None:
+        self.previous, self.new = None, []
+
+    def propose(self, request: Any) -> Any:
+        tokenize, render = getattr(self.policy, "tokenize", None), getattr(self.policy, "render_prompt", None)
+        if tokenize and render:
+            tokens = tokenize(render(request.continuation()))
+            shared = 0
+            for a, b in zip(self.previous or [], tokens):
+                if a != b:
+                    break
+                shared += 1
+            self.new.append(len(tokens) - shared)
+            self.previous = tokens
+        return self.policy.propose(request)
+
+    def close(self) -> None:
+        pass
+
+
 def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | None, max_seconds: float,
             sampling: dict[str, Any] | None = None, mode: str | None = None) -> dict[str, Any]:
     pack = load_pack(pack_name)
     budgets = Budgets(max_seconds=max_seconds)
     settings = Sampling(temperature=temperature, seed=seed, **(sampling or {}))
+    watched = NewInformation(policy)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        outcome = run_agent(pack, policy, budgets, artifact_dir=Path(tmp), mode=mode, sampling=settings)
+        outcome = run_agent(pack, watched, budgets, artifact_dir=Path(tmp), mode=mode, sampling=settings)
     wall = time.perf_counter() - started
     m = outcome.result.metrics
     calls = [e for e in outcome.events if e["type"] in ("model.completed", "model.repair.completed")]
@@ -88,6 +122,8 @@ def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | 
         "prompt_tokens": sum(e["usage"]["input_tokens"] for e in calls),
         "cached_tokens": sum(e["usage"]["cached_tokens"] for e in calls),
         "output_tokens": sum(e["usage"]["output_tokens"] for e in calls),
+        "forced_tokens": sum(e["usage"].get("forced_tokens", 0) for e in calls),
+        "new_tokens": sum(watched.new) if watched.new else None,
         "model_s": sum(e["latency_ms"] for e in calls) / 1000,
         "tool_s": (m.tool_latency_ms / 1000) if m else 0.0,
         "answer": outcome.result.final.answer if outcome.result.final else None,
@@ -100,8 +136,10 @@ def summarize(label: str, runs: list[dict[str, Any]], rates: dict[str, float]) -
     walls = [r["wall_s"] for r in runs]
     calls = sum(r["model_calls"] for r in runs) or 1
     evaluated = [r["prompt_tokens"] - r["cached_tokens"] for r in runs]
-    limits = [(e / rates["prompt_tokens_per_s"]) + (r["output_tokens"] / rates["gen_tokens_per_s"])
-              for e, r in zip(evaluated, runs)]
+    # What a run cannot avoid: read what is new (at prompt speed), decide the sampled tokens (at
+    # generation speed); forced tokens are evaluated in a batch (prompt speed).
+    limits = [((r["new_tokens"] if r["new_tokens"] is not None else e) + r["forced_tokens"]) / rates["prompt_tokens_per_s"]
+              + (r["output_tokens"] - r["forced_tokens"]) / rates["gen_tokens_per_s"] for e, r in zip(evaluated, runs)]
     overhead = [r["wall_s"] - r["model_s"] - r["tool_s"] for r in runs]
     return {
         "label": label,
@@ -118,6 +156,12 @@ def summarize(label: str, runs: list[dict[str, Any]], rates: dict[str, float]) -
         "tool_s_median": statistics.median(r["tool_s"] for r in runs),
         "overhead_s_median": statistics.median(overhead),
         "physical_limit_median_s": statistics.median(limits),
+        "wall_over_limit_median": statistics.median(r["wall_s"] / lim for r, lim in zip(runs, limits)),
+        "per_run_evaluated": statistics.median(evaluated),
+        "per_run_cached": statistics.median(r["cached_tokens"] for r in runs),
+        "per_run_sampled": statistics.median(r["output_tokens"] - r["forced_tokens"] for r in runs),
+        "per_run_forced": statistics.median(r["forced_tokens"] for r in runs),
+        "per_run_new": statistics.median(r["new_tokens"] or 0 for r in runs),
     }
 
 
@@ -126,13 +170,19 @@ def print_table(model: str, rates: dict[str, float], rows: list[dict[str, Any]])
     print(f"measured here: prompt processing {rates['prompt_tokens_per_s']:.0f} tok/s, "
           f"generation {rates['gen_tokens_per_s']:.1f} tok/s, load {rates.get('load_s', 0):.1f} s")
     print("| runs | Task Success | stop reasons | median s | p90 s | steps | per call: prompt eval / cached / out tok, model s "
-          "| tool s | overhead s | physical limit s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| tool s | overhead s | physical limit s | wall / limit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for s in rows:
         print(f"| {s['label']} | {s['task_success']}/{s['runs']} | {s['stop_reasons']} | {s['wall_median_s']:.1f} | "
               f"{s['wall_p90_s']:.1f} | {s['steps_median']:.0f} | {s['per_call_prompt_evaluated']:.0f} / "
               f"{s['per_call_prompt_cached']:.0f} / {s['per_call_output']:.0f}, {s['per_call_model_s']:.2f} | "
-              f"{s['tool_s_median']:.2f} | {s['overhead_s_median']:.3f} | {s['physical_limit_median_s']:.1f} |")
+              f"{s['tool_s_median']:.2f} | {s['overhead_s_median']:.3f} | {s['physical_limit_median_s']:.1f} | "
+              f"{s['wall_over_limit_median']:.2f} |")
+    print("\nper run (medians): | runs | prompt tokens evaluated | cached | new information | output sampled | forced |")
+    print("|---|---|---|---|---|---|")
+    for s in rows:
+        print(f"| {s['label']} | {s['per_run_evaluated']:.0f} | {s['per_run_cached']:.0f} | {s['per_run_new']:.0f} | "
+              f"{s['per_run_sampled']:.0f} | {s['per_run_forced']:.0f} |")
 
 
 def main() -> None:
@@ -145,13 +195,13 @@ def main() -> None:
     parser.add_argument("--seed-base", type=int, default=1000, help="sampled run i uses seed seed-base + i")
     parser.add_argument("--sampled-pack", default=None, help="pack of the sampled runs (default: the default pack)")
     parser.add_argument("--mode", default=None, choices=["guided", "free"], help="override the packs' mode")
-    parser.add_argument("--top-p", type=float, default=None, help="sampled runs' top_p (default: Budgets')")
-    parser.add_argument("--top-k", type=int, default=None, help="sampled runs' top_k (default: Budgets')")
+    parser.add_argument("--top-p", type=float, default=None, help="sampled runs' top_p (default: Sampling's)")
+    parser.add_argument("--top-k", type=int, default=None, help="sampled runs' top_k (default: Sampling's)")
     parser.add_argument("--json", default=None, help="also write all runs and summaries here")
     args = parser.parse_args()
     alt_packs = args.alt_pack or ["release_hold"]
     sampling = {k: v for k, v in {"top_p": args.top_p, "top_k": args.top_k}.items() if v is not None}
-    shown = Budgets(**sampling)
+    shown = Sampling(**sampling)
     print(f"sampled runs: temperature 0.7, top_p {shown.top_p}, top_k {shown.top_k}; "
           f"mode: {args.mode or 'as each pack says'}")
     report = []
