@@ -802,8 +802,11 @@
   function deriveStages(events, status) {
     const st = { load: 'idle', decision: 'idle', validate: 'idle', tool: 'idle', observation: 'idle', final: 'idle' };
     let current = status === 'queued' ? 'queued' : 'idle';
+    let writing = null;  // the model call in progress: characters written so far (never the text)
     const set = (k, v) => { st[k] = v; if (v === 'active') current = k; };
     for (const e of events) {
+      if (e.type === 'model.progress') { writing = { kind: e.kind, chars: e.chars }; continue; }
+      if (e.type.startsWith('model.')) writing = null;
       switch (e.type) {
         case 'model.load.started': set('load', 'active'); break;
         case 'model.load.completed': set('load', 'done'); break;
@@ -843,8 +846,9 @@
     if (TERMINAL.has(status) && current !== 'finished') {
       for (const k of Object.keys(st)) if (st[k] === 'active') st[k] = status === 'completed' ? 'done' : 'failed';
       current = 'finished';
+      writing = null;
     }
-    return { stages: st, current };
+    return { stages: st, current, writing };
   }
 
   const MARKS = { done: '✓', active: '●', failed: '!', idle: '○' };
@@ -861,13 +865,14 @@
     $('run-id').textContent = 'run ' + run.id + ' · ' + events.length + ' events · last_seq ' + run.lastSeq +
       (run.transport === 'stream' ? ' · SSE 事件流' : run.transport === 'poll' ? ' · after_seq 轮询' : '');
     $('run-id').dataset.transport = run.transport || '';
-    const { stages, current } = deriveStages(events, run.status);
+    const { stages, current, writing } = deriveStages(events, run.status);
     for (const li of $('stages').children) {
       const state = stages[li.dataset.stage];
       li.className = 'stage-' + state;
       li.querySelector('.mark').textContent = MARKS[state];
     }
-    $('stage-now').textContent = 'stage = ' + (current === 'finished' ? 'finished · ' + run.status + '/' + (run.stopReason || '?') : current);
+    $('stage-now').textContent = 'stage = ' + (current === 'finished' ? 'finished · ' + run.status + '/' + (run.stopReason || '?') : current) +
+      (writing ? ' · 模型正在输出（' + (writing.kind === 'arguments' ? '工具参数' : '文本') + ' ' + writing.chars + ' 字符）' : '');
     $('run-cancel').disabled = !runActive();
     $('run-export').disabled = events.length === 0;
     renderBudget(events);
@@ -981,7 +986,8 @@
       case 'model.completed': case 'model.repair.completed': {
         const u = e.usage || {};
         return row('model', e.type === 'model.repair.completed' ? 'Model（repair）' : 'Model',
-          el('span', { text: (u.input_tokens ?? '?') + ' in / ' + (u.output_tokens ?? '?') + ' out tokens · ' +
+          el('span', { text: (u.input_tokens ?? '?') + ' in / ' + (u.output_tokens ?? '?') + ' out tokens' +
+            (u.forced_tokens ? '（' + u.forced_tokens + ' forced）' : '') + ' · ' +
             ((e.latency_ms ?? 0) / 1000).toFixed(2) + ' s · ' + (e.finish_reason || '') + ' · output sha256 ' +
             String(e.output_sha256 || '').slice(0, 12) + '…' }));
       }

@@ -266,6 +266,8 @@ def test_experiment_3_full_run_with_the_test_policy(page: Any, runner: Process, 
     page.click("#run-start")
     expect(page.locator("#run-status")).to_contain_text("running", timeout=15_000)
     expect(page.locator('#stages li[data-stage="decision"]')).to_have_class("stage-active", timeout=15_000)
+    # the first scripted call "writes" for a few seconds: its progress (a count, never the text) is live
+    expect(page.locator("#stage-now")).to_contain_text("模型正在输出（文本", timeout=15_000)
     shot(page, "08-experiment3-running", "#exp3 .status-panel")
     expect(page.locator("#run-status")).to_have_text("已完成 completed", timeout=60_000)
     expect(page.locator("#run-stop-reason")).to_contain_text("stop_reason = completed")

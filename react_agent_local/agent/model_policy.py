@@ -81,6 +81,10 @@ class DecisionRequest:
     repair_error: str | None = None
     deadline: float | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    #: Called as output arrives with (kind, characters so far): kind "text" (a continuation, or a
+    #: served model's text) or "arguments" (a served tool call's). Counts only: the raw text never
+    #: leaves the policy, so a live view cannot leak it into a trace.
+    on_progress: Callable[[str, int], None] | None = None
 
     @property
     def purpose(self) -> Literal["decision", "repair"]:
@@ -99,7 +103,8 @@ class DecisionRequest:
             suffix=self.branch.suffix, max_new_tokens=self.max_new_tokens,
             temperature=0.0 if greedy else self.sampling.temperature, seed=self.sampling.seed,
             top_p=self.sampling.top_p, top_k=self.sampling.top_k, deadline=self.deadline, cancel=self.cancel,
-            purpose=self.purpose)
+            purpose=self.purpose,
+            on_text=(lambda text: self.on_progress("text", len(text))) if self.on_progress else None)
 
 
 @dataclass

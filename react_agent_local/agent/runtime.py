@@ -45,12 +45,29 @@ from .tools.isolation import load_tool, worker
 from .trace import Trace, sha256_text
 
 PolicySource = Policy | Callable[[], Policy]
+PROGRESS_SECONDS = 1.0  # at most one model.progress event per call and second
 
 
 @dataclass
 class RunOutcome:
     result: RunResult
     events: list[dict[str, Any]]
+
+
+class _Progress:
+    """A model call's output as it arrives, as ``model.progress`` events (kind and characters so
+    far, never the text), at most one per ``PROGRESS_SECONDS`` so a long call cannot crowd the trace."""
+
+    def __init__(self, trace: Trace, step: int, attempt: int):
+        self.trace, self.step, self.attempt = trace, step, attempt
+        self.active = True
+        self.last = time.monotonic()
+
+    def __call__(self, kind: str, chars: int) -> None:
+        now = time.monotonic()
+        if self.active and now - self.last >= PROGRESS_SECONDS:
+            self.last = now
+            self.trace.emit("model.progress", "model", self.step, self.attempt, kind=kind, chars=chars)
 
 
 class _Stop(Exception):
@@ -203,10 +220,11 @@ class Run:
                         load_ms=round((time.perf_counter() - started) * 1000, 1))
 
     def _generate(self, branch: Branch, attempt: int, repair_error: str | None) -> Candidate:
+        progress = _Progress(self.trace, self.step, attempt)
         request = DecisionRequest(
             branch=branch, state=self._prompt_state(branch), tools=self.tools,
             max_new_tokens=self.budgets.new_tokens(self.usage), sampling=self.sampling,
-            repair_error=repair_error, deadline=self.deadline, cancel=self.cancel)
+            repair_error=repair_error, deadline=self.deadline, cancel=self.cancel, on_progress=progress)
         started_type, completed_type = (("model.started", "model.completed") if repair_error is None
                                         else ("model.repair.started", "model.repair.completed"))
         self.trace.emit(started_type, "model", self.step, attempt, branch=branch.kind, tool=branch.tool,
@@ -214,8 +232,10 @@ class Run:
         try:
             candidate = self.policy.propose(request)
         except ModelUnavailable as exc:
+            progress.active = False
             self.trace.emit("model.failed", "model", self.step, attempt, code=exc.code, message=exc.message)
             raise _Stop(exc.stop_reason, ToolErrorInfo(code=exc.code, message=exc.message)) from None
+        progress.active = False
         self.usage.model_calls += 1
         self.usage.input_tokens += candidate.input_tokens
         self.usage.output_tokens += candidate.output_tokens

@@ -632,3 +632,21 @@ def test_trace_redaction_keeps_arithmetic_and_removes_paths(tmp_path):
     started = [e for e in events_of(outcome, "tool.started") if e["tool"] == "calculator"][0]
     assert started["arguments"]["expression"] == "((72 + 78 + 81 + 85)/4)/1"
     assert redact_text("model at /home/alice/models/q.gguf and C:\\Users\\bob\\q.gguf") == "model at <path> and <path>"
+
+
+def test_a_long_model_call_shows_progress_counts_never_text(tmp_path, monkeypatch):
+    """While a model writes, the trace gets ``model.progress`` events (characters so far), at most one
+    per PROGRESS_SECONDS, and none of them holds the text itself."""
+    from agent import runtime
+
+    monkeypatch.setattr(runtime, "PROGRESS_SECONDS", 0.2)
+    outputs = chain_outputs(load_pack(None))
+    outcome, _ = run_scripted([Slow(outputs[0], 1.2), *outputs[1:]], tmp_path)
+    assert outcome.result.status == "completed"
+    progress = events_of(outcome, "model.progress")
+    assert 3 <= len(progress) <= 7 and all(e["step"] == 1 and e["kind"] == "text" for e in progress)
+    chars = [e["chars"] for e in progress]
+    assert chars == sorted(chars) and 0 < chars[-1] <= len(outputs[0])
+    assert all(set(e) == {"seq", "type", "step", "attempt", "phase", "elapsed_ms", "kind", "chars"} for e in progress)
+    completed = events_of(outcome, "model.completed")[0]["seq"]
+    assert all(e["seq"] < completed for e in progress)  # nothing after the call ended

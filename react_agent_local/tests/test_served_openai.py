@@ -87,6 +87,19 @@ def test_guided_run_completes_through_native_tool_calls(tmp_path):
     assert all(e["protocol_repairs"] == 0 for e in completed)
 
 
+def test_streamed_tool_arguments_show_as_progress_counts_not_text(tmp_path, monkeypatch):
+    from agent import runtime
+
+    monkeypatch.setattr(runtime, "PROGRESS_SECONDS", 0.0)  # every delta becomes an event
+    outcome = run(openai_policy(FakeServer(chain_server("openai"))), tmp_path)
+    assert outcome.result.status == "completed"
+    progress = [e for e in outcome.events if e["type"] == "model.progress"]
+    by_step = {e["step"]: e["chars"] for e in progress}  # the last count of each call
+    assert sorted(by_step) == [1, 2, 3, 4] and all(e["kind"] == "arguments" for e in progress)
+    assert by_step[2] == len(json.dumps(ARGS["calculator"]))  # every argument character, counted
+    assert not any("text" in e or "arguments" in e for e in progress)
+
+
 def test_free_mode_uses_auto_and_recovers_tool_calls_written_in_the_content(tmp_path):
     """Qwen-Coder writes its call as a ```json block in content: recovered, and counted as a repair."""
     order = iter(["knowledge_search", "calculator", "plot"])

@@ -55,11 +55,14 @@ class ScriptedPolicy(ContinuationPolicy):
         if isinstance(step, Slow):
             text = step.text
             end = time.monotonic() + step.seconds
+            begin = time.monotonic()
             while time.monotonic() < end:
                 stop = request.should_stop()
                 if stop:
                     finish, text = stop, ""
                     break
+                if request.on_text is not None:  # the text "streams" over the step's seconds
+                    request.on_text(text[: int(len(text) * (time.monotonic() - begin) / step.seconds)])
                 time.sleep(0.005)
         elif callable(step):
             text = step(request)

@@ -295,6 +295,8 @@ class Reply:
     output_tokens: int | None = None
     cached_tokens: int = 0
     had_output: bool = False  # any text or tool-call byte arrived: no reconnect after that
+    chars: int = 0  # characters of output so far (text and tool-call arguments), for progress
+    on_progress: Callable[[str, int], None] | None = None
 
 
 _FENCE = re.compile(r"```[A-Za-z]*\s*(.*?)```", re.S)
@@ -404,7 +406,7 @@ class _Call:
 
     def __init__(self, policy: "ServedPolicy", request: DecisionRequest, conversation: Conversation):
         self.policy, self.request, self.conversation = policy, request, conversation
-        self.reply = Reply()
+        self.reply = Reply(on_progress=request.on_progress)
         self.stream: Any = None
         self.opened = False
         self.error: BaseException | None = None
@@ -615,8 +617,11 @@ class ServedPolicy:
         if not text:
             return
         reply.had_output = True
+        reply.chars += len(text)
         if self.on_delta is not None:
             self.on_delta(kind, text)
+        if reply.on_progress is not None:
+            reply.on_progress(kind, reply.chars)
 
 
 def sampling_options(request: DecisionRequest) -> dict[str, Any]:
