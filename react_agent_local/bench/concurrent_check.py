@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from load_check import PACKAGE_ROOT, Connection, subscriber, trace_problem  # noqa: E402
-from server_support import MODEL_DIR, _die_with_parent, free_port  # noqa: E402
+from server_support import MODEL_DIR, _die_with_parent, free_port, stop_process  # noqa: E402
 from served_bench import start_server  # noqa: E402
 
 DEFAULT_MODEL = MODEL_DIR / "qwen2.5-coder-0.5b-gguf" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -117,15 +117,11 @@ async def one_limit(limit: int, args: argparse.Namespace, base_url: str, tmp: Pa
 
         views = {}
         for rid in run_ids:
-            status, reply = await conn.fetch("GET", f"/agent/runs/{rid}", retry=True)
+            _, reply = await conn.fetch("GET", f"/agent/runs/{rid}", retry=True)
             views[rid] = json.loads(reply)
         conn.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
     intervals, waits, run_s, ends = [], [], [], {}
     for r in results:
@@ -213,11 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 if row:
                     rows.append(row)
         finally:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_process(server)
     print(f"served model: {args.model.name} on llama-cpp-python's server ({args.threads} threads); "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
     print_table(rows)

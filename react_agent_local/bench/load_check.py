@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from server_support import GOOD_SCRIPT, _die_with_parent, free_port  # noqa: E402  (shared with the runner tests)
+from server_support import GOOD_SCRIPT, _die_with_parent, free_port, stop_process  # noqa: E402  (shared with the runner tests)
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = GOOD_SCRIPT  # the scripted test policy's outputs: search, calculate, plot, answer
@@ -334,11 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return asyncio.run(run_check(args, port, proc))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
 
 
 if __name__ == "__main__":
