@@ -194,6 +194,11 @@ class CheckSpec(BaseModel):
     right: float | str
     right_label: str | None = Field(default=None, max_length=60, description="What the right side is called.")
     hint: str | None = Field(default=None, max_length=300, description="Feedback when an expectation fails.")
+    arguments: dict[str, dict[str, Any]] | None = Field(
+        default=None, max_length=8,
+        description="An expectation only: when the tool is asked again because its result fails this check, "
+                    "these JSON schemas replace its arguments' own in the decoding grammar (the tool still "
+                    "validates the value), e.g. an expression that must end in a division.")
 
 
 class VerdictSpec(BaseModel):

@@ -85,6 +85,8 @@ class Branch:
     answer_form: str | None = None
     numbers: tuple[str, ...] = ()  # numbers a form's {number} slot may hold
     summary: str = ""
+    #: an action asked again: argument schemas that replace the tool's own (a failing expectation's)
+    narrowed: tuple[tuple[str, Any], ...] = ()
 
     @property
     def prefix(self) -> str:
@@ -101,7 +103,12 @@ class Branch:
 
     def value_schema(self, registry: ToolRegistry) -> dict[str, Any]:
         if self.kind == "action":
-            return tool_schema(registry, self.tool)
+            schema = tool_schema(registry, self.tool)
+            if self.narrowed:
+                properties = dict(schema.get("properties", {}))
+                properties.update({name: sub for name, sub in self.narrowed if name in properties})
+                schema = {**schema, "properties": properties}
+            return schema
         if self.kind == "final":
             return answer_schema(self.answer_form, self.numbers)
         return free_decision_schema(registry, self.evidence_ids, self.answer_form, self.numbers)

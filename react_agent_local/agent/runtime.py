@@ -27,6 +27,7 @@ from .contracts import (
     ActionDecision,
     AnswerGuide,
     Budgets,
+    CheckSpec,
     FinalDecision,
     Observation,
     RunResult,
@@ -358,8 +359,8 @@ class Run:
                            checks=declared.checks or offered.checks, verdict=declared.verdict or offered.verdict,
                            hints=declared.hints or offered.hints, expect=declared.expect or offered.expect)
 
-    def _failing_expectations(self, tool: str | None = None) -> list[tuple[str, ResolvedCheck, str | None]]:
-        """(tool, check, hint) of each expectation on a tool's latest result that the result fails."""
+    def _failing_expectations(self, tool: str | None = None) -> list[tuple[str, ResolvedCheck, CheckSpec]]:
+        """(tool, check, its spec) of each expectation on a tool's latest result that the result fails."""
         guide = self._guide()
         if guide is None or not guide.expect:
             return []
@@ -367,7 +368,7 @@ class Run:
         for spec, check in zip(guide.expect, resolve_checks(guide.expect, self._latest_ok())):
             owner = self._ref_tool(spec.left)
             if owner is not None and (tool is None or owner == tool) and check.known and not check.holds:
-                failing.append((owner, check, spec.hint))
+                failing.append((owner, check, spec))
         return failing
 
     def _ref_tool(self, operand: float | str) -> str | None:
@@ -521,9 +522,9 @@ class Run:
             self.feedback.append(f"{obs.id}: {tool} failed ({error.code}): {error.message}"[:600])
             return obs
         self.record.successes.append((obs.id, tool, result))
-        for _, check, hint in self._failing_expectations(tool):
+        for _, check, spec in self._failing_expectations(tool):
             self.feedback.append(f"{obs.id}: {fmt(check.left)} is not {check.label}"
-                                 + (f"; {hint}." if hint else ".")[:600])
+                                 + (f"; {spec.hint}." if spec.hint else ".")[:600])
         digest = canonical({"tool": tool, "digest": self.tools.get(tool).digest(result)})
         self.guards.result_digests[digest] += 1
         if self.guards.result_digests[digest] >= self.budgets.no_progress_limit:
@@ -622,8 +623,14 @@ class Run:
                 missing = next((item for item in items if item_key(item) not in covered), None)
                 if missing is not None:
                     return Branch("action", tool=tool, target=missing, summary=self._action_summary(tool))
-            elif tool not in self._latest_ok() or self._failing_expectations(tool):
+            elif tool not in self._latest_ok():
                 return Branch("action", tool=tool, summary=self._action_summary(tool))
+            elif failing := self._failing_expectations(tool):
+                # Asked again: the instruction names what the result must be, and an expectation
+                # may narrow the arguments' grammar (e.g. an expression ending in a division).
+                _, check, spec = failing[0]
+                return Branch("action", tool=tool, target=check.label + (f" ({spec.hint})" if spec.hint else ""),
+                              narrowed=tuple((spec.arguments or {}).items()), summary=self._action_summary(tool))
         evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence()))
         form, numbers = self._final_form(evidence)
         return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers,

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from server_support import PACKAGE_ROOT, assert_answer_is_right, require_e2e_model
+from server_support import MODEL_DIR, PACKAGE_ROOT, assert_answer_is_right, require_e2e_model
 
 # Correctness, not speed, is under test: a 2-core machine shared with other jobs can take minutes
 # per step, so the run's wall-clock budget is generous and pytest's own timeout more so.
 RUN_SECONDS = 1800
+SMALL_MODEL = MODEL_DIR / "qwen2.5-coder-0.5b-gguf" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_SECONDS + 300)]
 
 
@@ -60,3 +61,24 @@ def test_real_model_trace_is_readable_and_private(tmp_path):
     assert re.search(r"step  1 observation obs-[a-z_]+-1 \((ok|FAILED)\): ", out), out[-3000:]
     assert "run finished: stopped/max_steps" in out and "Task Success            FAIL" in out
     assert str(model.parent) not in out and str(Path.home()) + "/" not in out
+
+
+def test_eval_of_generated_packs_with_the_0_5b(tmp_path):
+    """``react-agent eval`` on three generated packs (unseen record formats, rules and languages) with
+    the low-resource 0.5B, greedy: every run ends on its own terms, the runtime's grader and the
+    independent one agree on every run, and at least two of the three are right."""
+    model = SMALL_MODEL
+    assert model.is_file(), f"{model.name} is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf"
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "agent", "eval", "--model", str(model), "--packs", "generated:3",
+                           "--seed", "11", "--max-seconds", str(RUN_SECONDS // 3), "--out", str(out), "--no-progress"],
+                          cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=RUN_SECONDS + 120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    runs = report["runs"]
+    summary = json.dumps([{k: r[k] for k in ("pack", "case", "stop_reason", "task_success", "answer")} for r in runs],
+                         ensure_ascii=False, indent=1)
+    assert len(runs) == 3 and not any(r["stop_reason"] in ("runtime_error", "pack_invalid") for r in runs), summary
+    assert report["disagreements"] == [], summary
+    assert all(r["task_success"] == r["independent_success"] for r in runs), summary
+    assert sum(r["task_success"] for r in runs) >= 2, summary

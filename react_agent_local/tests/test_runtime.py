@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import replace
@@ -419,6 +420,12 @@ def test_a_calculator_result_that_is_not_the_average_is_asked_again(tmp_path):
     assert [c.result["value"] for c in calcs] == [sum(data.values()), sum(data.values()) / len(data)]
     assert f"is not the average of the {len(data)} values" in policy.requests[2].messages[-1]["content"]
     assert "divided by 4" in policy.requests[2].messages[-1]["content"]
+    # the re-ask names what is missing right at the instruction, and its grammar is a sum over the count
+    assert "Still missing: the average of the 4 values (compute the average" in policy.requests[2].messages[-1]["content"]
+    pattern = policy.requests[2].value_schema["properties"]["expression"]["pattern"]
+    assert re.match(pattern, json.loads(outputs[1])["expression"]) and not re.match(pattern, json.loads(wrong)["expression"])
+    own = default_registry().get("calculator").compact_schema()
+    assert policy.requests[1].value_schema == own  # the first ask has the tool's own schema
     assert outcome.result.final.evidence_ids[1] == calcs[1].id
     m = outcome.result.metrics
     assert outcome.result.stop_reason == "completed" and m.task_success is True

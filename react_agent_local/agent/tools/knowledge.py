@@ -470,7 +470,10 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
         "expect": [{"label": f"the average of the {len(batches)} values", "left": "calculator.value", "op": "==",
                     "right": "mean(knowledge_search.data.batches)",
                     "hint": f"compute the average: the sum of all {len(batches)} values, in parentheses, "
-                            f"divided by {len(batches)}"},
+                            f"divided by {len(batches)}",
+                    # asked again, the expression's grammar is a sum of as many observed values as there
+                    # are groups, in parentheses, divided by the count (which values is still the model's call)
+                    "arguments": {"expression": {"type": "string", "pattern": _mean_pattern(batches)}}},
                    {"label": f"one bar for each of the {len(batches)} groups", "left": "count(plot.spec.values)",
                     "op": "==", "right": "count(knowledge_search.data.batches)",
                     "hint": "plot every group once, with its label and value as observed"},
@@ -480,6 +483,13 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
                    {"label": "the calculator's average", "left": "plot.spec.average", "op": "==",
                     "right": "calculator.value", "hint": "put the calculator's value into average"}],
     }
+
+
+def _mean_pattern(batches: dict[str, int | float]) -> str:
+    """An expression that sums ``len(batches)`` of the observed values and divides by their count."""
+    value = "(" + "|".join(re.escape(_fmt(v)) for v in sorted(set(batches.values()), key=_fmt)) + ")"
+    n = len(batches)
+    return rf"^\({value}( \+ {value}){{{n - 1}}}\) / {n}$"
 
 
 TOOL = Tool(
