@@ -34,6 +34,9 @@ OBSERVATION_CHARS = 3000
 # from this pattern always yields valid JSON.
 ANSWER_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 600,
                  "pattern": r'^[A-Za-z\u4e00-\u9fff][^{}\[\]"\\\x00-\x1f]*$'}
+# A goal written in Chinese is answered in Chinese: the prose starts with a Chinese character
+# (the 1.5B answered Chinese goals in English four times in five when only told to).
+ANSWER_SCHEMA_ZH = {**ANSWER_SCHEMA, "pattern": r'^[\u4e00-\u9fff][^{}\[\]"\\\x00-\x1f]*$'}
 
 
 @lru_cache(maxsize=None)
@@ -84,6 +87,7 @@ class Branch:
     evidence_ids: tuple[str, ...] = ()
     answer_form: str | None = None
     numbers: tuple[str, ...] = ()  # numbers a form's {number} slot may hold
+    language: str = "en"  # the goal's: a Final without an answer form is prose in this language
     summary: str = ""
     #: an action asked again: argument schemas that replace the tool's own (a failing expectation's)
     narrowed: tuple[tuple[str, Any], ...] = ()
@@ -110,24 +114,24 @@ class Branch:
                 schema = {**schema, "properties": properties}
             return schema
         if self.kind == "final":
-            return answer_schema(self.answer_form, self.numbers)
-        return free_decision_schema(registry, self.evidence_ids, self.answer_form, self.numbers)
+            return answer_schema(self.answer_form, self.numbers, self.language)
+        return free_decision_schema(registry, self.evidence_ids, self.answer_form, self.numbers, self.language)
 
 
 def tool_schema(registry: ToolRegistry, name: str) -> dict[str, Any]:
     return registry.get(name).compact_schema()
 
 
-def answer_schema(answer_form: str | None, numbers: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The Final's answer: the answer form when there is one, else free prose."""
+def answer_schema(answer_form: str | None, numbers: tuple[str, ...] = (), language: str = "en") -> dict[str, Any]:
+    """The Final's answer: the answer form when there is one, else free prose in the goal's language."""
     if answer_form:
         return {"type": "string", "minLength": 1, "maxLength": 600,
                 "pattern": answer_form_pattern(answer_form, numbers)}
-    return ANSWER_SCHEMA
+    return ANSWER_SCHEMA_ZH if language == "zh" else ANSWER_SCHEMA
 
 
 def free_decision_schema(registry: ToolRegistry, citable_ids: tuple[str, ...] = (), answer_form: str | None = None,
-                         numbers: tuple[str, ...] = ()) -> dict[str, Any]:
+                         numbers: tuple[str, ...] = (), language: str = "en") -> dict[str, Any]:
     """Free mode's schema: one alternative per tool (with that tool's full argument schema) and a Final.
 
     The model still chooses the tool or the Final; the grammar only keeps each choice well typed. A
@@ -145,7 +149,7 @@ def free_decision_schema(registry: ToolRegistry, citable_ids: tuple[str, ...] = 
             "type": {"const": "final"},
             "evidence_ids": {"type": "array", "items": {"enum": list(citable_ids)}, "minItems": 1,
                              "maxItems": len(citable_ids)},
-            "answer": answer_schema(answer_form, numbers)}))
+            "answer": answer_schema(answer_form, numbers, language)}))
     return {"anyOf": choices}
 
 
@@ -155,10 +159,10 @@ def full_decision_schema(branch: Branch, registry: ToolRegistry) -> dict[str, An
         properties = {"type": {"const": "action"}, "tool": {"const": branch.tool},
                       "arguments": tool_schema(registry, branch.tool)}
     elif branch.kind == "final":
-        properties = {"type": {"const": "final"}, "answer": answer_schema(branch.answer_form, branch.numbers),
+        properties = {"type": {"const": "final"}, "answer": answer_schema(branch.answer_form, branch.numbers, branch.language),
                       "evidence_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1}}
     else:
-        return free_decision_schema(registry, branch.evidence_ids, branch.answer_form, branch.numbers)
+        return free_decision_schema(registry, branch.evidence_ids, branch.answer_form, branch.numbers, branch.language)
     return {"type": "object", "properties": properties, "required": list(properties),
             "additionalProperties": False}
 

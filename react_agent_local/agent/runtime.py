@@ -615,7 +615,8 @@ class Run:
             missing = next(((tool, item) for tool, items in task.subgoals.items() if tool in self.tools
                             for item in items if item_key(item) not in self._covered(tool)), (None, None))
             return Branch("free", tool=missing[0], target=missing[1], evidence_ids=citable, answer_form=form,
-                          numbers=numbers, summary="Free mode: the model chooses the next tool or the final answer.")
+                          numbers=numbers, language=self.language,
+                          summary="Free mode: the model chooses the next tool or the final answer.")
         for tool in task.required_tools:
             items = task.subgoals.get(tool)
             if items:
@@ -633,7 +634,7 @@ class Run:
                               narrowed=tuple((spec.arguments or {}).items()), summary=self._action_summary(tool))
         evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence()))
         form, numbers = self._final_form(evidence)
-        return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers,
+        return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers, language=self.language,
                       summary=task.summaries.get("final", "All required observations present: answer with evidence."))
 
     def _final_form(self, evidence_ids: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:

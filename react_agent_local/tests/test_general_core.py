@@ -4,6 +4,7 @@ exercise (lookup_fact + calculator) runs through the same runtime; seed 002's te
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -48,6 +49,9 @@ def test_population_ratio_guided(tmp_path):
     # Only the pack's tools reach the model: the system prompt lists lookup_fact and calculator.
     system = policy.requests[0].messages[0]["content"]
     assert "- lookup_fact:" in system and "- calculator:" in system and "knowledge_search" not in system
+    # The goal is Chinese and the pack has no answer form: the answer's grammar starts it in Chinese.
+    pattern = re.compile(policy.requests[-1].value_schema["pattern"])
+    assert pattern.match(json.loads(ratio_outputs()[-1])) and not pattern.match("The ratio is 0.3122.")
 
 
 def test_population_ratio_free_mode(tmp_path):

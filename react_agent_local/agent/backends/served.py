@@ -211,7 +211,7 @@ def final_tool(branch: Any) -> ToolDef:
     answer: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 2000}
     ids: dict[str, Any] = {"type": "string"}
     if branch.kind == "final":
-        answer = answer_schema(branch.answer_form, branch.numbers)
+        answer = answer_schema(branch.answer_form, branch.numbers, branch.language)
         if branch.evidence_ids:
             ids = {"type": "string", "enum": list(branch.evidence_ids)}
     schema = {"type": "object",
