@@ -284,6 +284,8 @@ def test_eval_command_writes_the_report_without_absolute_paths(tmp_path, monkeyp
     for name in ("report.json", "report.md", "runs.jsonl"):
         assert str(tmp_path) not in (out / name).read_text(encoding="utf-8")
     assert len((out / "runs.jsonl").read_text(encoding="utf-8").splitlines()) == 4
+    traces = sorted(out.glob("artifacts/*/run-*/events.jsonl"))  # each run's trace, for reading failures
+    assert len(traces) == 4 and all(json.loads(t.read_text().splitlines()[-1])["type"] == "run.finished" for t in traces)
 
 
 def test_an_interrupted_eval_still_reports_the_runs_that_finished(tmp_path, monkeypatch, capsys):
