@@ -198,7 +198,8 @@ class CheckSpec(BaseModel):
         default=None, max_length=8,
         description="An expectation only: when the tool is asked again because its result fails this check, "
                     "these JSON schemas replace its arguments' own in the decoding grammar (the tool still "
-                    "validates the value), e.g. an expression that must end in a division.")
+                    "validates the value), e.g. an expression that must end in a division. A \"const\" "
+                    "may be an evidence reference (\"calculator.value\"), resolved when the tool is asked.")
 
 
 class VerdictSpec(BaseModel):

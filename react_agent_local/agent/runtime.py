@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .claims import ResolvedCheck, check_claims, evidence_numbers, fmt, number_forms, resolve_checks
+from .claims import ResolvedCheck, check_claims, evidence_numbers, fmt, number_forms, resolve, resolve_checks
 from .contracts import (
     TERMINAL_STATUS,
     ActionDecision,
@@ -371,6 +371,22 @@ class Run:
                 failing.append((owner, check, spec))
         return failing
 
+    def _resolve_refs(self, schema: Any) -> Any:
+        """A narrowing schema with evidence references (``{"const": "calculator.value"}``) resolved
+        against the latest Observations; a reference that resolves to nothing leaves its key out."""
+        if isinstance(schema, list):
+            return [self._resolve_refs(v) for v in schema]
+        if not isinstance(schema, dict):
+            return schema
+        out = {}
+        for key, value in schema.items():
+            if key == "const" and isinstance(value, str) and self._ref_tool(value) is not None:
+                value = resolve(value, self._latest_ok())
+                if value is None:
+                    continue
+            out[key] = self._resolve_refs(value)
+        return out
+
     def _ref_tool(self, operand: float | str) -> str | None:
         """The tool a reference like ``calculator.value`` or ``min(server.tool.x)`` reads from."""
         if not isinstance(operand, str):
@@ -630,8 +646,10 @@ class Run:
                 # Asked again: the instruction names what the result must be, and an expectation
                 # may narrow the arguments' grammar (e.g. an expression ending in a division).
                 _, check, spec = failing[0]
+                narrowed = tuple((name, self._resolve_refs(sub)) for _, _, failed in failing
+                                 for name, sub in (failed.arguments or {}).items())
                 return Branch("action", tool=tool, target=check.label + (f" ({spec.hint})" if spec.hint else ""),
-                              narrowed=tuple((spec.arguments or {}).items()), summary=self._action_summary(tool))
+                              narrowed=narrowed, summary=self._action_summary(tool))
         evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence()))
         form, numbers = self._final_form(evidence)
         return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers, language=self.language,

@@ -657,3 +657,17 @@ def test_a_long_model_call_shows_progress_counts_never_text(tmp_path, monkeypatc
     assert all(set(e) == {"seq", "type", "step", "attempt", "phase", "elapsed_ms", "kind", "chars"} for e in progress)
     completed = events_of(outcome, "model.completed")[0]["seq"]
     assert all(e["seq"] < completed for e in progress)  # nothing after the call ended
+
+
+def test_a_chart_with_the_wrong_average_is_asked_again_with_the_calculator_value_in_its_grammar(tmp_path):
+    outputs = chain()
+    plot = json.loads(outputs[2])
+    wrong = json.dumps({**plot, "average": plot["average"] + 65})
+    outcome, policy = run_scripted(outputs[:2] + [wrong] + outputs[2:], tmp_path)
+    assert [o.tool for o in outcome.result.observations] == ["knowledge_search", "calculator", "plot", "plot"]
+    calculator = outcome.result.observations[1].result["value"]
+    asked = policy.requests[3]
+    assert "Still missing: the calculator's average (put the calculator's value into average)" in asked.messages[-1]["content"]
+    assert asked.value_schema["properties"]["average"] == {"const": calculator}  # resolved from the evidence
+    assert asked.value_schema["properties"]["values"] == policy.requests[2].value_schema["properties"]["values"]
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True

@@ -481,7 +481,9 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
                     "right": "sum(knowledge_search.data.batches)",
                     "hint": "copy every group's value exactly as observed"},
                    {"label": "the calculator's average", "left": "plot.spec.average", "op": "==",
-                    "right": "calculator.value", "hint": "put the calculator's value into average"}],
+                    "right": "calculator.value", "hint": "put the calculator's value into average",
+                    # asked again, average is the calculator's value (the rest of the chart is the model's)
+                    "arguments": {"average": {"const": "calculator.value"}}}],
     }
 
 
