@@ -244,7 +244,13 @@ def check_claims(answer: str, evidence: list[Observation], goal: str, guide: Ans
         if not check.known:
             continue
         against = [c for c in comparisons if _close(c.right, check.right) and c.op == check.op]
-        if against and not any(c.states(check.left) for c in against):
+        if not against and comparisons:
+            # The answer states checks but not this one: a verdict over one check only (or the same
+            # comparison twice, "lowest 79 >= 79" copied from the average's) is not the reasoning.
+            name = f" ({check.right_label})" if check.right_label else ""
+            problems.append(f"the answer does not state the {check.label} check: {fmt(check.left)} "
+                            f"{check.op} {fmt(check.right)}{name}")
+        elif against and not any(c.states(check.left) for c in against):
             name = f" ({check.right_label})" if check.right_label else ""
             problems.append(f"'{against[0].text}' compares the wrong value with {fmt(check.right)}{name}: "
                             f"the {check.label} is {fmt(check.left)}")

@@ -472,6 +472,18 @@ def test_a_final_with_false_claims_is_refused_and_answered_again(tmp_path):
     assert outcome.result.stop_reason == "completed" and m.task_success is True and m.recovery_rate == 1.0
 
 
+def test_a_final_that_leaves_a_check_out_is_refused(tmp_path):
+    """Seen with the 0.5B on a generated pack: both stated comparisons were the average's ("lowest 79
+    >= 79"), each true, the verdict right; the floor check (64 >= 60) was never stated."""
+    copied = json.dumps("The average is 79 and the lowest batch value is 79. Check: average 79 >= 78 is True; "
+                        "lowest 79 >= 78 is True. So it meets the release rule.")
+    outcome, _ = run_scripted(chain()[:3] + [copied, chain()[3]], tmp_path)
+    refused = [e for e in events_of(outcome, "final.validated") if not e["accepted"]]
+    assert len(refused) == 1 and "does not state the lowest" in refused[0]["message"]
+    assert "72 >= 70 (every_batch_gte)" in refused[0]["message"]
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
+
+
 def test_repeated_false_claims_stop_the_run(tmp_path):
     wrong = json.dumps("The average is 79 and the lowest batch value is 72. Check: average 79 >= 78 is False; "
                        "lowest 72 >= 70 is True. So it does not meet the release rule.")
