@@ -26,7 +26,9 @@ from agent.evaluation.report import (
 )
 from agent.evaluation.suite import EvalRun, resolve_packs, run_suite
 from agent.model_policy import ModelRequest
-from agent.packs import TaskPack
+from agent.packs import TaskPack, load_pack
+from runtime_helpers import run_scripted
+from test_general_core import ratio_outputs
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -129,8 +131,23 @@ def _run(pack, k, ok, *, checks=None, status="completed", stop="completed", inde
     metrics = {"task_success": ok if status == "completed" else False, "valid_action_rate": 1.0, "recovery_rate": None,
                "steps": 4, "termination_correctness": True, "input_tokens": 1000}
     return EvalRun(pack=pack, run=k, seed=k, status=status, stop_reason=stop, task_success=metrics["task_success"],
-                   checks=checks or {}, metrics=metrics, seconds=seconds, independent_failures=list(independent),
-                   case=case)
+                   checks=checks or {}, metrics=metrics, seconds=seconds,
+                   independent_failures=None if independent is None else list(independent), case=case)
+
+
+def test_a_pack_of_another_family_has_no_independent_grade(tmp_path):
+    """The independent grader knows the record family only: for seed 002's population pack it says
+    nothing (None), which the report shows as N/A, never as a failure or a disagreement."""
+    outcome, _ = run_scripted(ratio_outputs(), tmp_path, pack=load_pack("population_ratio"))
+    assert outcome.result.metrics.task_success is True
+    assert grade_run(load_pack("population_ratio").load_expected(), outcome.result) is None
+    settings = {"packs": "population_ratio", "pack_count": 1, "runs": 2, "seed": 0, "temperature": 0.7,
+                "top_p": 0.8, "top_k": 20, "max_seconds": 300, "mode": None}
+    report = build_report([_run("ratio", 0, True, independent=None), _run("ratio", 1, False, independent=None)],
+                          settings, {"name": "m.gguf"})
+    assert report["overall"]["independent"]["runs"] == 0 and report["disagreements"] == []
+    assert report["overall"]["task_success"]["passed"] == 1
+    assert "| **all** | | **1/2 (50 %)** | 9–91 % | **N/A** | N/A |" in to_markdown(report)
 
 
 def test_report_on_synthetic_runs(tmp_path):

@@ -44,8 +44,9 @@ def quantile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def rate(outcomes: Iterable[bool]) -> dict[str, Any]:
-    outcomes = [bool(o) for o in outcomes]
+def rate(outcomes: Iterable[bool | None]) -> dict[str, Any]:
+    """Passed of the runs that have an outcome (None, e.g. no independent grader, is left out)."""
+    outcomes = [bool(o) for o in outcomes if o is not None]
     passed, n = sum(outcomes), len(outcomes)
     interval = wilson_interval(passed, n)
     return {"passed": passed, "runs": n, "rate": round(passed / n, 4) if n else None,
@@ -99,10 +100,11 @@ def build_report(runs: list[EvalRun], settings: dict[str, Any], model: dict[str,
                             "total": round(sum(seconds), 3)},
         "metrics_mean": metric_means(runs),
         "failures": failure_families(runs),
-        "independent_failures": dict(Counter(f for r in runs for f in r.independent_failures).most_common()),
+        "independent_failures": dict(Counter(f for r in runs for f in r.independent_failures or []).most_common()),
         "disagreements": [{"pack": r.pack, "run": r.run, "task_success": r.task_success,
                            "independent_failures": r.independent_failures}
-                          for r in runs if bool(r.task_success) != r.independent_success],
+                          for r in runs if r.independent_success is not None
+                          and bool(r.task_success) != r.independent_success],
         "runs": [r.to_dict() for r in runs],
     }
 

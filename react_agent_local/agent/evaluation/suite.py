@@ -39,15 +39,15 @@ class EvalRun:
     checks: dict[str, bool]
     metrics: dict[str, Any]
     seconds: float
-    independent_failures: list[str]
+    independent_failures: list[str] | None  # None: no independent grader for this pack's family
     case: str | None = None
     answer: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def independent_success(self) -> bool:
-        return not self.independent_failures
+    def independent_success(self) -> bool | None:
+        return None if self.independent_failures is None else not self.independent_failures
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "independent_success": self.independent_success}

@@ -54,11 +54,14 @@ def stated_claims(answer: str) -> list[tuple[float, str, float, bool]]:
     return [(float(a), op, float(b), claim == "True") for a, op, b, claim in _CLAIM.findall(answer)]
 
 
-def grade_run(expected: dict[str, Any], result: RunResult) -> list[str]:
-    """The failure families of one run against ``expected.json``; an empty list is a pass."""
+def grade_run(expected: dict[str, Any], result: RunResult) -> list[str] | None:
+    """The failure families of one run against ``expected.json``; an empty list is a pass. None for a
+    pack of another family (its ``expected.json`` holds no groups): this grader has nothing to say."""
+    batches = (expected.get("knowledge") or {}).get("batches") or {}
+    if not batches:
+        return None
     if result.status != "completed":
         return [f"stopped:{result.stop_reason}"]
-    batches = (expected.get("knowledge") or {}).get("batches") or {}
     rule = (expected.get("knowledge") or {}).get("release_rule") or {}
     average = (expected.get("calculator") or {}).get("value")
     lowest = min(batches.values()) if batches else None
