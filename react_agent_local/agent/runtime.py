@@ -624,7 +624,11 @@ class Run:
         Observation, else Final. Free mode: the model chooses among the run's tools."""
         task = self.pack.task
         if self.mode == "free":
-            citable = tuple(o.id for o in self.observations[-VISIBLE_OBSERVATIONS:] if o.ok)
+            # The Final is one of the choices only once the evidence gate could accept one: until
+            # then the grammar offers the tools alone (the 1.5B answered after one of two lookups,
+            # inventing the other, until the premature-final guard: 9 of 10 free runs).
+            ready = all(obs_id for _, obs_id in self._required_evidence())
+            citable = tuple(o.id for o in self.observations[-VISIBLE_OBSERVATIONS:] if o.ok) if ready else ()
             form, numbers = self._final_form(citable)
             # The model chooses, but it is told which declared item no Observation covers yet
             # (free-mode runs of the population pack looked the same fact up until the loop guard).

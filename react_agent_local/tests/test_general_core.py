@@ -65,6 +65,9 @@ def test_population_ratio_free_mode(tmp_path):
     assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
     tools = {alt["properties"]["tool"]["const"] for alt in policy.requests[0].value_schema["anyOf"]}
     assert tools == {"lookup_fact", "calculator"}
+    # A Final is one of the grammar's choices only once the evidence gate could accept it.
+    kinds = [[alt["properties"]["type"]["const"] for alt in r.value_schema["anyOf"]] for r in policy.requests]
+    assert ["final" in k for k in kinds] == [False, False, False, True]
     # Free mode still says which declared fact no Observation covers yet.
     assert "Still missing: 台北人口 (lookup_fact)" in policy.requests[0].messages[-1]["content"]
     assert "Still missing: 纽约人口 (lookup_fact)" in policy.requests[1].messages[-1]["content"]
