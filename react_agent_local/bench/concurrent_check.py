@@ -145,7 +145,13 @@ async def one_limit(limit: int, args: argparse.Namespace, base_url: str, tmp: Pa
             run_s.append(end - begin)
     cancelled = results[-1]
     if views[cancelled["run_id"]]["status"] != "cancelled":
-        problems.append(f"limit {limit}: the cancelled job ended {views[cancelled['run_id']]['status']}")
+        problems.append(f"limit {limit}: the cancelled job ended {views[cancelled['run_id']]['status']}/"
+                        f"{views[cancelled['run_id']]['stop_reason']} (cancel answered "
+                        f"{cancelled.get('cancel_status', 'never sent')})")
+    for r in results:
+        error = views[r["run_id"]].get("error")
+        if error:
+            problems.append(f"limit {limit}: {r['run_id']} error {error.get('code')}: {str(error.get('message'))[:160]}")
     others = [views[r["run_id"]]["status"] for r in results[:-1]]
     if any(s == "cancelled" for s in others):
         problems.append(f"limit {limit}: a cancel reached another job: {others}")
