@@ -24,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .contracts import AnthropicSpec, Budgets, LocalModelSpec, ModelSpec, OpenAICompatibleSpec, Sampling
 from .packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError, load_pack
+from .trace import write_events
 
 MODEL_CACHE = Path(os.environ.get("REACT_AGENT_MODEL_DIR", Path.home() / ".cache" / "react-agent-local" / "models"))
 DEFAULT_MODEL_CANDIDATES = (
@@ -263,7 +264,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
                         allowed_tools=allowed)
     result = outcome.result
-    _save_events(Path(args.runs_dir) / run_id, outcome.events)
+    if not write_events(Path(args.runs_dir) / run_id, outcome.events):
+        print("note: the trace could not be saved", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "status": result.status,
@@ -281,16 +283,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"artifacts: .runs/{run_id}/artifacts/" if artifact_dir.exists() else "")
         print(f"trace: .runs/{run_id}/events.jsonl (react-agent explain {run_id})")
     return 0 if result.status == "completed" else 1
-
-
-def _save_events(folder: Path, events: list[dict[str, Any]]) -> None:
-    """The run's trace beside its artifacts, as the runner keeps it (events.jsonl)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps(e, ensure_ascii=False, allow_nan=False) + "\n" for e in events)
-        (folder / "events.jsonl").write_text(text, encoding="utf-8")
-    except (OSError, ValueError) as exc:
-        print(f"note: the trace could not be saved ({type(exc).__name__})", file=sys.stderr)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import math
 import os
 import re
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any, Callable
 
 MAX_EVENTS = 800
@@ -207,3 +209,15 @@ class Trace:
     @property
     def last_seq(self) -> int:
         return self._seq
+
+
+def write_events(folder: Path, events: list[dict[str, Any]]) -> bool:
+    """A run's trace beside its artifacts, as the runner keeps it (``events.jsonl``); False when it
+    could not be written (the caller decides whether that matters)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(e, ensure_ascii=False, allow_nan=False) + "\n" for e in events)
+        (folder / "events.jsonl").write_text(text, encoding="utf-8")
+        return True
+    except (OSError, ValueError):
+        return False

@@ -9,7 +9,6 @@ model for every call; tests return a fresh scripted policy per run. Each run bec
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from ..packs import PackError, TaskPack, load_pack
 from ..runtime import PolicySource, run_agent
 from ..tools.record_grading import grade_run, verdict_case
 from ..tools.record_packs import generate_packs
+from ..trace import write_events
 
 GENERATED = "generated:"
 
@@ -102,7 +102,7 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
     started = time.perf_counter()
     outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode, sampling=sampling)
     seconds = time.perf_counter() - started
-    _save_events(artifact_dir, outcome.events)
+    write_events(artifact_dir, outcome.events)  # for reading a failure afterwards; the report does not need it
     result = outcome.result
     metrics = result.metrics.model_dump() if result.metrics else {}
     checks = metrics.pop("checks", {}) or {}
@@ -112,16 +112,6 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
         seconds=round(seconds, 3), independent_failures=grade_run(expected, result), case=verdict_case(expected),
         answer=result.final.answer if result.final else None,
         error=f"{result.error.code}: {result.error.message}"[:300] if result.error else None)
-
-
-def _save_events(folder: Path, events: list[dict]) -> None:
-    """The run's trace beside its artifacts (``events.jsonl``), for reading a failure afterwards."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "events.jsonl").write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events),
-                                             encoding="utf-8")
-    except (OSError, ValueError):
-        pass  # the report does not depend on it
 
 
 def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], PolicySource], budgets: Budgets,
