@@ -95,6 +95,12 @@ class DecisionRequest:
 
         return build_messages(self.state, self.branch, self.tools, self.repair_error)
 
+    def turn(self) -> str:
+        """This call's own user turn (what ``messages()`` adds after the run's earlier turns)."""
+        from .prompting import turn_text
+
+        return turn_text(self.state, self.branch, self.tools, self.repair_error)
+
     def continuation(self) -> "ModelRequest":
         """The request as a prefix continuation: messages, the branch's prefix, its value schema."""
         greedy = self.purpose == "repair"  # a repair should be the model's likeliest fix

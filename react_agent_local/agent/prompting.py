@@ -5,10 +5,13 @@ comes from the run's ``ToolRegistry``; everything about the task -- the goal, it
 form and checks -- from the pack (or, where the pack declares no answer form, from the tool whose
 result the Final is about). This module only lays them out.
 
-The prompt is laid out append-only so consecutive steps share the longest possible prefix in the
-model's KV cache: a fixed system message, then the task, then Observations in the order they were
-made (the oldest drop out only after 10). Everything that changes every step -- the latest 4
-feedback lines, the remaining budget and the instruction for this branch -- comes last.
+The conversation is only appended to, so each call shares the whole previous prompt in the model's
+KV cache and evaluates only what is new (issue 14): a fixed system message (the rules and every
+tool with its argument schema), then one user turn per model call -- the task in the first, after
+that the Observations and feedback that are new since the previous call, the remaining budget and
+this step's instruction -- each followed by the model's own Decision as the assistant turn. Where
+that history grows past ``HISTORY_CHARS`` the prompt falls back to one compact user turn (the task,
+the latest 10 Observations, the latest 4 feedback lines, the budget and the instruction).
 
 Ground truth (``data/expected.json``) never reaches this module.
 """
@@ -29,6 +32,9 @@ PROMPTS_DIR = PACKAGE_ROOT / "prompts"
 VISIBLE_OBSERVATIONS = 10
 VISIBLE_FEEDBACK = 4
 OBSERVATION_CHARS = 3000
+HISTORY_CHARS = 16000  # about 5k tokens: past this the prompt is one compact turn again
+MODEL_TURN_CHARS = 2000  # a Decision longer than this (a hostile or runaway output) is kept cut
+INVALID_TURN = "(an output the runtime rejected; see its feedback below)"
 # The answer is prose for a person: it starts with a letter (Latin or CJK), has no JSON inside the
 # string (a coder model's habit), and no quote, backslash or control character, so a grammar built
 # from this pattern always yields valid JSON.
@@ -168,7 +174,11 @@ def full_decision_schema(branch: Branch, registry: ToolRegistry) -> dict[str, An
 
 
 def system_message(registry: ToolRegistry) -> str:
-    tool_list = "\n".join(f"- {tool.name}: {tool.description}" for tool in registry)
+    """The rules and every tool with its argument schema: the same for every step of a run (and every
+    run with the same tools), so it is evaluated once and then read from the KV cache."""
+    tool_list = "\n".join(
+        f"- {tool.name}: {tool.description}\n  arguments: "
+        + json.dumps(tool.compact_schema(), separators=(",", ":"), ensure_ascii=False) for tool in registry)
     return prompt_text("system").format(tool_list=tool_list)
 
 
@@ -201,26 +211,74 @@ class PromptState:
     tool_hints: dict[str, str] = field(default_factory=dict)
     final_hints: list[str] = field(default_factory=list)
     check_lines: list[str] = field(default_factory=list)
+    #: the earlier model calls of this run: (the user turn, the model's Decision text) each
+    history: list[tuple[str, str]] = field(default_factory=list)
+    #: how many Observations and feedback lines those turns showed already
+    shown_observations: int = 0
+    shown_feedback: int = 0
 
 
 def build_messages(state: PromptState, branch: Branch, registry: ToolRegistry,
                    repair_error: str | None = None) -> list[dict[str, str]]:
+    """The system message, the run's earlier turns with the model's Decisions, and this step's turn."""
+    system = {"role": "system", "content": system_message(registry)}
+    if sum(len(user) + len(model) for user, model in state.history) > HISTORY_CHARS:
+        return [system, {"role": "user", "content": compact_turn(state, branch, registry, repair_error)}]
+    messages = [system]
+    for user, model in state.history:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": model}]
+    messages.append({"role": "user", "content": turn_text(state, branch, registry, repair_error)})
+    return messages
+
+
+def model_turn(text: str) -> str:
+    """The model's Decision text as its history keeps it: cut where it is runaway-long."""
+    return text if len(text) <= MODEL_TURN_CHARS else text[:MODEL_TURN_CHARS] + " [cut by the runtime]"
+
+
+def turn_text(state: PromptState, branch: Branch, registry: ToolRegistry, repair_error: str | None = None) -> str:
+    """This call's user turn: only what the earlier turns did not show, then the budget and the instruction."""
+    parts = [f"TASK: {state.goal}", ""] if not state.history else []
+    new = state.observations[state.shown_observations:]
+    if new:
+        parts += ["NEW OBSERVATIONS (written by the runtime):", *(observation_line(o, registry) for o in new), ""]
+    elif not state.history:
+        parts += ["OBSERVATIONS: (none yet)", ""]
+    feedback = state.feedback[state.shown_feedback:]
+    if feedback:
+        parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in feedback[-VISIBLE_FEEDBACK:]), ""]
+    return _closing(parts, state, branch, registry, repair_error)
+
+
+def compact_turn(state: PromptState, branch: Branch, registry: ToolRegistry, repair_error: str | None = None) -> str:
+    """Everything in one user turn, for a history too long to keep: the latest Observations and feedback."""
     visible = state.observations[-VISIBLE_OBSERVATIONS:]
     parts = [f"TASK: {state.goal}", "", "OBSERVATIONS (oldest first, written by the runtime):"]
     parts += [observation_line(o, registry) for o in visible] or ["(none yet)"]
     parts.append("")
     if state.feedback:
         parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in state.feedback[-VISIBLE_FEEDBACK:]), ""]
-    parts.append("BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in state.budget_left.items()))
+    return _closing(parts, state, branch, registry, repair_error)
+
+
+def _closing(parts: list[str], state: PromptState, branch: Branch, registry: ToolRegistry,
+             repair_error: str | None) -> str:
+    parts.append(budget_line(state.budget_left))
     parts.append("")
     parts.append(branch_instruction(branch, registry, state))
     if repair_error is not None:
         schema = json.dumps(full_decision_schema(branch, registry), separators=(",", ":"), ensure_ascii=False)
         parts += ["", prompt_text("repair").format(error=repair_error, schema=schema)]
-    return [
-        {"role": "system", "content": system_message(registry)},
-        {"role": "user", "content": "\n".join(parts)},
-    ]
+    return "\n".join(parts)
+
+
+#: the budgets a Decision can act on; token budgets are the runtime's to enforce and cost a small
+#: model ~20 prompt tokens a step to read
+MODEL_VISIBLE_BUDGETS = ("steps", "tool_calls", "seconds")
+
+
+def budget_line(budget_left: dict[str, Any]) -> str:
+    return "BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in budget_left.items() if k in MODEL_VISIBLE_BUDGETS)
 
 
 def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptState) -> str:
@@ -229,9 +287,7 @@ def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptStat
         hint = state.tool_hints.get(tool.name, tool.hint)
         if branch.target:
             hint = f"Still missing: {branch.target}. " + hint
-        return prompt_text("action").format(
-            tool=tool.name, tool_description=tool.description,
-            schema=json.dumps(tool.compact_schema(), separators=(",", ":"), ensure_ascii=False), tool_hint=hint)
+        return prompt_text("action").format(tool=tool.name, tool_hint=hint)
     hints = "\n".join([*state.check_lines, *state.final_hints])
     if branch.kind == "final":
         form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
@@ -249,17 +305,20 @@ def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptStat
     )
 
 
-def guide_check_lines(guide: AnswerGuide | None, resolved: list[tuple[str, float | None, str, float | None]]) -> list[str]:
-    """The checks the answer must state, with the values the evidence gives for each side."""
+def guide_check_lines(guide: AnswerGuide | None,
+                      resolved: list[tuple[str, float | None, str, float | None, bool | None]]) -> list[str]:
+    """The checks the answer must state, with the values the evidence gives for each side and the
+    comparison worked out by the runtime (as the calculator works out a sum): a small model copies
+    "64 >= 70 is False" far more reliably than it compares two numbers itself (issue 10)."""
     if guide is None or not guide.checks:
         return []
     lines = []
-    for check, (label, left, op, right) in zip(guide.checks, resolved):
+    for check, (label, left, op, right, holds) in zip(guide.checks, resolved):
         if left is None or right is None:
             continue
         right_name = f" ({check.right_label})" if check.right_label else ""
-        lines.append(f"- {label}: {_number_text(left)} {op} {_number_text(right)}{right_name}")
-    return (["Checks to state, with the values from the observations:"] + lines) if lines else []
+        lines.append(f"- {label}: {_number_text(left)} {op} {_number_text(right)} is {holds}{right_name}")
+    return (["Checks to state, worked out by the runtime from the observations:"] + lines) if lines else []
 
 
 def _number_text(value: float) -> str:

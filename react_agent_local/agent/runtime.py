@@ -39,7 +39,7 @@ from .decisions import DecisionError, parse_decision
 from .metrics import RunRecord, compute_metrics
 from .model_policy import Candidate, DecisionRequest, ModelUnavailable, Policy
 from .packs import TaskPack, goal_language, item_key
-from .prompting import VISIBLE_OBSERVATIONS, Branch, PromptState, guide_check_lines
+from .prompting import INVALID_TURN, VISIBLE_OBSERVATIONS, Branch, PromptState, guide_check_lines, model_turn
 from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError, registry_for
 from .tools.isolation import SUPPORTED as ISOLATION_SUPPORTED
 from .tools.isolation import load_tool, worker
@@ -121,6 +121,10 @@ class Run:
         self.record = RunRecord(usage=self.usage)
         self.observations: list[Observation] = []
         self.feedback: list[str] = []
+        # The conversation so far (prompting.PromptState.history): raw model text, prompt-only, never traced.
+        self._history: list[tuple[str, str]] = []
+        self._shown = (0, 0)  # Observations and feedback lines the history has shown
+        self._turn: str | None = None  # the user turn of the call whose Decision is being parsed
         self.step = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -253,6 +257,7 @@ class Run:
                         output_sha256=sha256_text(candidate.text if candidate.decision is None
                                                   else canonical(candidate.decision)),
                         finish_reason=candidate.finish_reason, protocol_repairs=candidate.protocol_repairs)
+        self._turn = request.turn() if candidate.decision is None else None
         if candidate.finish_reason == "cancelled" or self.cancel.is_set():
             raise _Stop("cancelled")
         if candidate.finish_reason == "deadline":
@@ -270,11 +275,13 @@ class Run:
             try:
                 decision = self._parse(branch, generation)
             except DecisionError as error:
+                self._remember_turn(INVALID_TURN)  # an invalid output is never echoed back to the model
                 self.trace.emit("decision.invalid", "decision", self.step, attempt, **error.public())
                 if last is None:
                     self.usage.recoverable += 1
                 last = error
                 continue
+            self._remember_turn(model_turn(branch.prefix + generation.text + branch.suffix))
             if attempt:
                 self.usage.recovered += 1
                 self.trace.emit("decision.repaired", "decision", self.step, attempt, decision=decision.model_dump(),
@@ -284,6 +291,14 @@ class Run:
                                 decision_summary=self._summary(branch, decision))
             return decision
         raise _Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
+
+    def _remember_turn(self, model_text: str) -> None:
+        """Append this call's turn and the model's Decision to the conversation (continuations only:
+        a served model's tool calls are replayed by its own protocol)."""
+        if self._turn is not None:
+            self._history.append((self._turn, model_text))
+            self._shown = (len(self.observations), len(self.feedback))
+            self._turn = None
 
     def _parse(self, branch: Branch, candidate: Candidate) -> ActionDecision | FinalDecision:
         # A generation cut off at its token limit is never a Decision, even where the cut happens
@@ -685,8 +700,9 @@ class Run:
             goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
             budget_left=self._remaining(), tool_hints=self.pack.task.hints,
             final_hints=list(guide.hints) if guide else [],
-            check_lines=guide_check_lines(guide, [(c.label, c.left, c.op, c.right)
-                                                  for c in self._resolved_checks(guide)]) if guide else [])
+            check_lines=guide_check_lines(guide, [(c.label, c.left, c.op, c.right, c.holds)
+                                                  for c in self._resolved_checks(guide)]) if guide else [],
+            history=list(self._history), shown_observations=self._shown[0], shown_feedback=self._shown[1])
 
     # -- end --------------------------------------------------------------------------------
 

@@ -69,31 +69,42 @@ def measure_rates(policy: Any) -> dict[str, float]:
 
 
 class NewInformation:
-    """Wraps a local policy: per call, the prompt tokens not shared with the previous call of the run."""
+    """Wraps a local policy: per call, the prompt tokens that are new information -- not in the previous
+    call's prompt and the model's own reply to it; for a run's first call, not in the previous run's
+    first prompt (the system message with the tools is the same for every run of a pack's tools)."""
 
     def __init__(self, policy: Any):
         self.policy, self.description = policy, policy.description
         self.previous: list[int] | None = None
+        self.first: list[int] | None = None
         self.new: list[int] = []
 
     def start_run(self) -> None:
-        self.previous, self.new = None, []
+        self.previous, self.new = self.first, []
 
     def propose(self, request: Any) -> Any:
         tokenize, render = getattr(self.policy, "tokenize", None), getattr(self.policy, "render_prompt", None)
-        if tokenize and render:
-            tokens = tokenize(render(request.continuation()))
-            shared = 0
-            for a, b in zip(self.previous or [], tokens):
-                if a != b:
-                    break
-                shared += 1
-            self.new.append(len(tokens) - shared)
-            self.previous = tokens
-        return self.policy.propose(request)
+        if not (tokenize and render):
+            return self.policy.propose(request)
+        prompt = render(request.continuation())
+        tokens = tokenize(prompt)
+        shared = 0
+        for a, b in zip(self.previous or [], tokens):
+            if a != b:
+                break
+            shared += 1
+        self.new.append(len(tokens) - shared)
+        if not self.new[:-1]:
+            self.first = tokens
+        candidate = self.policy.propose(request)
+        self.previous = tokenize(prompt + (candidate.text or ""))
+        return candidate
 
     def close(self) -> None:
         pass
+
+
+_WATCHERS: dict[int, NewInformation] = {}  # one per loaded policy: it carries the previous run's first prompt
 
 
 def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | None, max_seconds: float,
@@ -101,7 +112,8 @@ def one_run(policy: Any, pack_name: str | None, temperature: float, seed: int | 
     pack = load_pack(pack_name)
     budgets = Budgets(max_seconds=max_seconds)
     settings = Sampling(temperature=temperature, seed=seed, **(sampling or {}))
-    watched = NewInformation(policy)
+    watched = _WATCHERS.setdefault(id(policy), NewInformation(policy))
+    watched.start_run()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         outcome = run_agent(pack, watched, budgets, artifact_dir=Path(tmp), mode=mode, sampling=settings)

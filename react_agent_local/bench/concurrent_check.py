@@ -14,7 +14,10 @@ would break both). Exits 1 on any problem.
 
 The server decodes one request at a time (llama-cpp-python has no parallel slots), so concurrency
 here overlaps each job's tool calls, prompt building and waiting, not its decoding: the check is about
-the runner (N jobs, own cancels, no mixed events), not about server throughput.
+the runner (N jobs, own cancels, no mixed events), not about server throughput. The server is started
+with ``--interrupt_requests False`` so it queues a request that arrives while another decodes; by
+default it cuts the running stream instead, and each served job then ends ``model_unavailable``
+("the stream ended before the reply was complete") -- what the first run of this check found.
 
     python bench/concurrent_check.py [--model GGUF] [--jobs 4] [--limits 1,4] [--max-steps 4]
     python bench/load_check.py --mode concurrent [...]   (the same)
@@ -76,7 +79,7 @@ async def cancel_when_model_starts(port: int, run_id: str, result: dict[str, Any
             conn = Connection(port)
             try:
                 asked = time.monotonic()
-                status, _ = await conn.fetch("POST", f"/agent/runs/{run_id}/cancel")
+                status, _ = await conn.fetch("POST", f"/agent/runs/{run_id}/cancel", b"{}")  # JSON, as the page sends it
                 result["cancel_status"] = status
                 while not result["done"] and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
@@ -207,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, problems = [], []
     with tempfile.TemporaryDirectory(prefix="concurrent-check-") as name:
         tmp = Path(name)
-        server, base_url = start_server(args.model, args.threads, tmp / "server.log")
+        server, base_url = start_server(args.model, args.threads, tmp / "server.log",
+                                        extra=("--interrupt_requests", "False"))
         try:
             for limit in (int(x) for x in args.limits.split(",")):
                 row, found = asyncio.run(one_limit(limit, args, base_url, tmp))

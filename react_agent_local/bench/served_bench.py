@@ -40,12 +40,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: Path, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(model: Path, threads: int, log: Path, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     import httpx2
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "bench",
-                             "--n_ctx", "8192", "--n_threads", str(threads), "--host", "127.0.0.1", "--port", str(port)],
+                             "--n_ctx", "8192", "--n_threads", str(threads), "--host", "127.0.0.1", "--port", str(port), *extra],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 180

@@ -91,12 +91,46 @@ def test_expected_json_is_not_in_any_prompt(tmp_path):
     assert "expected.json" not in prompts and "must_include" not in prompts and "release_eligible" not in prompts
 
 
-def test_consecutive_prompts_share_a_growing_prefix(tmp_path):
-    _, policy = run_scripted(chain(), tmp_path)
-    texts = ["".join(m["content"] for m in r.messages) for r in policy.requests]
-    for earlier, later in zip(texts, texts[1:]):
-        common = os.path.commonprefix([earlier, later])
-        assert common.count("\n[obs-") == earlier.count("\n[obs-")  # every earlier Observation is in the shared prefix
+def test_the_conversation_is_only_appended_to(tmp_path):
+    """Each call's messages are the previous call's, then the model's own Decision, then one new turn:
+    nothing already evaluated changes, so a KV cache keeps all of it (issue 14)."""
+    outputs = chain()
+    outcome, policy = run_scripted(outputs, tmp_path)
+    for k, (earlier, later) in enumerate(zip(policy.requests, policy.requests[1:])):
+        n = len(earlier.messages)
+        assert later.messages[:n] == earlier.messages and len(later.messages) == n + 2
+        assert later.messages[n] == {"role": "assistant", "content": earlier.prefix + outputs[k] + earlier.suffix}
+    # Each Observation is shown once, in the first turn after it was made; the tools' schemas only
+    # in the system message.
+    text = "".join(m["content"] for m in policy.requests[-1].messages)
+    assert all(text.count(f"[{obs.id}]") == 1 for obs in outcome.result.observations)
+    assert text.count('"expression":{') == 1 and policy.requests[-1].messages[0]["content"].count('"expression":{') == 1
+
+
+def test_an_overlong_history_falls_back_to_one_compact_turn(tmp_path, monkeypatch):
+    import agent.prompting as prompting
+
+    monkeypatch.setattr(prompting, "HISTORY_CHARS", 300)
+    outcome, policy = run_scripted(chain(), tmp_path)
+    assert outcome.result.stop_reason == "completed"
+    last = policy.requests[-1].messages
+    assert [m["role"] for m in last] == ["system", "user"]
+    assert DEFAULT.task.goal in last[1]["content"]
+    assert all(f"[{obs.id}]" in last[1]["content"] for obs in outcome.result.observations)
+
+
+@pytest.mark.parametrize("pack", [DEFAULT, ALT], ids=["default", "release_hold"])
+def test_the_final_turn_states_each_check_worked_out(tmp_path, pack):
+    """The check lines give each comparison's outcome, computed from the observed values (not typed
+    in): the default pack meets both rules, release_hold misses its average."""
+    _, policy = run_scripted(chain(pack=pack), tmp_path, pack=pack)
+    turn = policy.requests[-1].messages[-1]["content"]
+    lines = re.findall(r"^- [^:]+: (-?[0-9.]+) (>=|<=|>|<|==) (-?[0-9.]+) is (True|False)", turn, re.M)
+    assert len(lines) == 2, turn
+    ops = {">=": float.__ge__, "<=": float.__le__, ">": float.__gt__, "<": float.__lt__, "==": float.__eq__}
+    outcomes = [ops[op](float(left), float(right)) for left, op, right, _ in lines]
+    assert [stated == "True" for *_, stated in lines] == outcomes
+    assert all(outcomes) is pack.load_expected()["final"]["release_eligible"]
 
 
 # -- Decision repair ---------------------------------------------------------------------------

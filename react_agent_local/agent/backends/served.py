@@ -228,6 +228,7 @@ def build_conversation(request: DecisionRequest, arguments: dict[str, dict[str, 
     from ..prompting import (
         VISIBLE_FEEDBACK,
         VISIBLE_OBSERVATIONS,
+        budget_line,
         observation_line,
         prompt_text,
     )
@@ -243,7 +244,7 @@ def build_conversation(request: DecisionRequest, arguments: dict[str, dict[str, 
     now: list[str] = []
     if state.feedback:
         now += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in state.feedback[-VISIBLE_FEEDBACK:]), ""]
-    now.append("BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in state.budget_left.items()))
+    now.append(budget_line(state.budget_left))
     hints = "\n".join([*state.check_lines, *state.final_hints])
     if branch.kind == "action":
         tool = registry.get(branch.tool)
@@ -599,7 +600,8 @@ class ServedPolicy:
             else:  # the stream broke: reopened only while nothing has arrived
                 if call.reply.had_output or not error.retryable or stream_failures >= STREAM_RETRIES:
                     if call.reply.had_output:
-                        error.message += " (after output had arrived, so not retried)"
+                        error.message += (" (after output had arrived, so not retried; a server that cuts a running "
+                                          "request when another arrives does this: let it queue requests)")
                     raise self._public(error) from None
                 stream_failures += 1
             self._backoff(error, stream_failures if call.opened else connect_failures, request)
