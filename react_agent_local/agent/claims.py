@@ -36,6 +36,7 @@ _COMPARISON = re.compile(
     r"(?:\s*(?:is|为|是|:|：|->|→)?\s*(True|False|true|false|TRUE|FALSE|成立|不成立))?")
 _TRUE_WORDS = {"true", "成立"}
 _FUNCTION = re.compile(r"^(min|max|mean|sum|count)\((.+)\)$")
+_MATCHES = re.compile(r"^matches\(([^,()]+),([^,()]+)\)$")
 SMALL_INTEGER = 10
 
 
@@ -120,6 +121,13 @@ def resolve(operand: float | str, latest_ok: dict[str, Observation]) -> float | 
     if isinstance(operand, (int, float)) and not isinstance(operand, bool):
         return float(operand)
     text = str(operand).strip()
+    pair = _MATCHES.match(text)
+    if pair:  # positions where two lists agree; a record's groups (a dict) stand for their names
+        a, b = (_lookup(part.strip(), latest_ok) for part in pair.groups())
+        a, b = (list(x) if isinstance(x, dict) else x for x in (a, b))
+        if not isinstance(a, list) or not isinstance(b, list):
+            return None
+        return float(sum(1 for x, y in zip(a, b) if x == y))
     match = _FUNCTION.match(text)
     value = _lookup(match.group(2).strip() if match else text, latest_ok)
     if match:

@@ -184,7 +184,9 @@ CompareOp = Literal[">=", ">", "<=", "<", "=="]
 class CheckSpec(BaseModel):
     """One check a verdict needs: ``left op right``. An operand is a number or a reference to the
     evidence: ``TOOL.path`` (the latest successful Observation of TOOL, e.g. ``calculator.value``) or
-    ``min(...)``/``max(...)``/``mean(...)``/``sum(...)``/``count(...)`` of such a reference."""
+    ``min(...)``/``max(...)``/``mean(...)``/``sum(...)``/``count(...)`` of such a reference, or
+    ``matches(A, B)``: how many positions of list A hold the same item as list B (a record's groups
+    stand for their names), e.g. a chart's labels against the observed group names."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -318,6 +318,11 @@ def guide_check_lines(guide: AnswerGuide | None,
             continue
         right_name = f" ({check.right_label})" if check.right_label else ""
         lines.append(f"- {label}: {_number_text(left)} {op} {_number_text(right)} is {holds}{right_name}")
+    if guide.verdict is not None and lines and len(lines) == len(guide.checks):
+        # the verdict the pack declares (every check must hold), worked out from the lines above
+        met = all(holds for *_, holds in resolved)
+        lines.append(f"- so the verdict (every check must be True): "
+                     f"{guide.verdict.positive[0] if met else guide.verdict.negative[0]}")
     return (["Checks to state, worked out by the runtime from the observations:"] + lines) if lines else []
 
 

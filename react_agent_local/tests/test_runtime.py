@@ -131,6 +131,8 @@ def test_the_final_turn_states_each_check_worked_out(tmp_path, pack):
     outcomes = [ops[op](float(left), float(right)) for left, op, right, _ in lines]
     assert [stated == "True" for *_, stated in lines] == outcomes
     assert all(outcomes) is pack.load_expected()["final"]["release_eligible"]
+    verdict = re.search(r"^- so the verdict \(every check must be True\): (.+)$", turn, re.M).group(1)
+    assert ("not" in verdict) is (not all(outcomes))
 
 
 # -- Decision repair ---------------------------------------------------------------------------
@@ -458,6 +460,10 @@ def test_a_calculator_result_that_is_not_the_average_is_asked_again(tmp_path):
     assert "Still missing: the average of the 4 values (compute the average" in policy.requests[2].messages[-1]["content"]
     pattern = policy.requests[2].value_schema["properties"]["expression"]["pattern"]
     assert re.match(pattern, json.loads(outputs[1])["expression"]) and not re.match(pattern, json.loads(wrong)["expression"])
+    # ... over the observed values, each once: a value picked twice (the 0.5B's habit) is not admitted
+    values = [str(v) for v in data.values()]
+    twice = "(" + " + ".join([values[0]] + values[:-1]) + f") / {len(values)}"
+    assert re.match(pattern, "(" + "+".join(values) + f")/{len(values)}") and not re.match(pattern, twice)
     own = default_registry().get("calculator").compact_schema()
     assert policy.requests[1].value_schema == own  # the first ask has the tool's own schema
     assert outcome.result.final.evidence_ids[1] == calcs[1].id
@@ -474,6 +480,24 @@ def test_a_chart_missing_a_value_is_drawn_again(tmp_path):
     assert [o.tool for o in outcome.result.observations] == ["knowledge_search", "calculator", "plot", "plot"]
     feedback = policy.requests[3].messages[-1]["content"]
     assert "obs-plot-3: 3 is not one bar for each of the 4 groups" in feedback
+    # drawn again, its bars are the observed groups (the title is still the model's)
+    bars = policy.requests[3].value_schema["properties"]
+    data = DEFAULT.load_expected()["knowledge"]["batches"]
+    assert bars["labels"] == {"const": list(data)} and bars["values"] == {"const": list(data.values())}
+    assert "const" not in bars["title"]
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
+
+
+def test_a_chart_with_made_up_labels_is_drawn_again_with_the_observed_names(tmp_path):
+    """The 0.5B labelled every bar with one group's name, or with names the record never had."""
+    outputs = chain()
+    plot = json.loads(outputs[2])
+    made_up = json.dumps({**plot, "labels": [plot["labels"][0]] * len(plot["labels"])})
+    outcome, policy = run_scripted(outputs[:2] + [made_up] + outputs[2:], tmp_path)
+    assert [o.tool for o in outcome.result.observations] == ["knowledge_search", "calculator", "plot", "plot"]
+    assert "is not the observed group names as labels" in policy.requests[3].messages[-1]["content"]
+    names = list(outcome.result.observations[0].result["data"]["batches"])
+    assert policy.requests[3].value_schema["properties"]["labels"] == {"const": names}
     assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
 
 

@@ -471,15 +471,24 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
                     "right": "mean(knowledge_search.data.batches)",
                     "hint": f"compute the average: the sum of all {len(batches)} values, in parentheses, "
                             f"divided by {len(batches)}",
-                    # asked again, the expression's grammar is a sum of as many observed values as there
-                    # are groups, in parentheses, divided by the count (which values is still the model's call)
+                    # Asked again, the expression's grammar is the sum of the observed values in the
+                    # order observed, in parentheses, divided by their count. The first attempt was the
+                    # model's own; the 0.5B, left to pick values again, repeated its wrong pick three
+                    # times in four runs (loop_detected), so the re-ask fixes the arithmetic.
                     "arguments": {"expression": {"type": "string", "pattern": _mean_pattern(batches)}}},
                    {"label": f"one bar for each of the {len(batches)} groups", "left": "count(plot.spec.values)",
                     "op": "==", "right": "count(knowledge_search.data.batches)",
-                    "hint": "plot every group once, with its label and value as observed"},
+                    "hint": "plot every group once, with its label and value as observed",
+                    "arguments": _observed_bars(batches)},
+                   {"label": "the observed group names as labels, in order",
+                    "left": "matches(plot.spec.labels, knowledge_search.data.batches)", "op": "==",
+                    "right": "count(knowledge_search.data.batches)",
+                    "hint": "label the bars with the group names exactly as observed, in the same order",
+                    "arguments": _observed_bars(batches)},
                    {"label": "the sum of the observed values", "left": "sum(plot.spec.values)", "op": "==",
                     "right": "sum(knowledge_search.data.batches)",
-                    "hint": "copy every group's value exactly as observed"},
+                    "hint": "copy every group's value exactly as observed",
+                    "arguments": _observed_bars(batches)},
                    {"label": "the calculator's average", "left": "plot.spec.average", "op": "==",
                     "right": "calculator.value", "hint": "put the calculator's value into average",
                     # asked again, average is the calculator's value (the rest of the chart is the model's)
@@ -488,10 +497,17 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
 
 
 def _mean_pattern(batches: dict[str, int | float]) -> str:
-    """An expression that sums ``len(batches)`` of the observed values and divides by their count."""
-    value = "(" + "|".join(re.escape(_fmt(v)) for v in sorted(set(batches.values()), key=_fmt)) + ")"
-    n = len(batches)
-    return rf"^\({value}( \+ {value}){{{n - 1}}}\) / {n}$"
+    """The average's expression: the observed values in the order observed, summed in parentheses
+    and divided by their count (plain spaces around the operators optional: the calculator admits no
+    other white space)."""
+    values = r" *\+ *".join(re.escape(_fmt(v)) for v in batches.values())
+    return rf"^\( *{values} *\) */ *{len(batches)}$"
+
+
+def _observed_bars(batches: dict[str, int | float]) -> dict[str, Any]:
+    """A chart asked again: its labels and values are the observed groups, in the order observed
+    (the title and the rest are still the model's)."""
+    return {"labels": {"const": list(batches)}, "values": {"const": list(batches.values())}}
 
 
 TOOL = Tool(
