@@ -327,7 +327,7 @@ class Run:
             elif obs_id not in decision.evidence_ids:
                 problems.append(f"evidence_ids must cite the latest successful {what} observation {obs_id}")
         for tool, check, _ in self._failing_expectations():
-            problems.append(f"the latest {tool} result {fmt(check.left)} is not {check.label}")
+            problems.append(f"the latest {tool} result {_falls_short(check)}")
         claims: list[str] = []
         if not problems:
             guide = self._guide()
@@ -379,10 +379,13 @@ class Run:
         guide = self._guide()
         if guide is None or not guide.expect:
             return []
-        failing = []
-        for spec, check in zip(guide.expect, resolve_checks(guide.expect, self._latest_ok())):
+        failing, latest = [], self._latest_ok()
+        for spec, check in zip(guide.expect, resolve_checks(guide.expect, latest)):
             owner = self._ref_tool(spec.left)
-            if owner is not None and (tool is None or owner == tool) and check.known and not check.holds:
+            # A result that lacks the value (a chart without its average line) fails too, once the
+            # other side is known.
+            missing = check.left is None and check.right is not None and owner in latest
+            if owner is not None and (tool is None or owner == tool) and (missing or check.known and not check.holds):
                 failing.append((owner, check, spec))
         return failing
 
@@ -554,8 +557,7 @@ class Run:
             return obs
         self.record.successes.append((obs.id, tool, result))
         for _, check, spec in self._failing_expectations(tool):
-            self.feedback.append(f"{obs.id}: {fmt(check.left)} is not {check.label}"
-                                 + (f"; {spec.hint}." if spec.hint else ".")[:600])
+            self.feedback.append(f"{obs.id}: {_falls_short(check)}" + (f"; {spec.hint}." if spec.hint else ".")[:600])
         digest = canonical({"tool": tool, "digest": self.tools.get(tool).digest(result)})
         self.guards.result_digests[digest] += 1
         if self.guards.result_digests[digest] >= self.budgets.no_progress_limit:
@@ -722,6 +724,11 @@ class Run:
                         metrics=metrics.model_dump() if metrics else None,
                         error=error.model_dump() if error else None, trace_dropped=self.trace.dropped)
         return RunOutcome(result=result, events=self.trace.events)
+
+
+def _falls_short(check: ResolvedCheck) -> str:
+    """How a result fails an expectation: a wrong value, or none at all."""
+    return f"has no value for {check.label}" if check.left is None else f"{fmt(check.left)} is not {check.label}"
 
 
 def _isolatable(tool: Any) -> bool:

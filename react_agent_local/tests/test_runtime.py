@@ -501,6 +501,19 @@ def test_a_chart_with_made_up_labels_is_drawn_again_with_the_observed_names(tmp_
     assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
 
 
+def test_a_chart_without_its_average_line_is_drawn_again(tmp_path):
+    """The 0.5B left ``average`` out (or null) in two of 40 generated packs and the run was accepted."""
+    outputs = chain()
+    plot = json.loads(outputs[2])
+    bare = json.dumps({k: v for k, v in plot.items() if k != "average"})
+    outcome, policy = run_scripted(outputs[:2] + [bare] + outputs[2:], tmp_path)
+    assert [o.tool for o in outcome.result.observations] == ["knowledge_search", "calculator", "plot", "plot"]
+    assert "obs-plot-3: has no value for the calculator's average" in policy.requests[3].messages[-1]["content"]
+    average = outcome.result.observations[1].result["value"]
+    assert policy.requests[3].value_schema["properties"]["average"] == {"const": average}
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
+
+
 def test_a_final_over_a_wrong_average_is_refused_in_free_mode(tmp_path):
     actions, answer = free_chain()
     actions[1] = json.dumps({"type": "action", "tool": "calculator", "arguments": {"expression": "72 + 78 + 81 + 85"}})
