@@ -152,3 +152,27 @@ def test_through_the_registry(tmp_path: Path):
     with pytest.raises(ToolError) as info:
         tool.execute(ToolContext(tmp_path, tmp_path), registry.validate("calculator", {"expression": "1/0"}), threading.Event())
     assert info.value.code == "calculator_division_by_zero"
+
+
+@pytest.mark.parametrize("expression, admitted", [
+    ("9" * 30 + " * 2", True),
+    ("9" * 31 + " * 2", False),  # the validator's literal-digit limit, now in the contract too
+    ("2602418 / 8335897." + "0" * 23, True),
+    ("2602418 / 8335897." + "0" * 24, False),  # the 1.5B's runaway zeros, stopped by the grammar
+    ("(72 + 78.5) / 2", True),
+    ("1 + 1\n", False),
+])
+def test_the_contract_pattern_bounds_every_number_like_the_validator(expression, admitted):
+    """Where the pattern admits a number, the validator does not refuse it for its digits; where the
+    pattern refuses one, the validator does too (so decoding never produces a value the tool refuses)."""
+    import re
+
+    from agent.tools.calculator import CALCULATOR_PATTERN, MAX_LITERAL_DIGITS
+
+    assert bool(re.match(CALCULATOR_PATTERN, expression)) is admitted
+    digits = max(sum(c.isdigit() for c in run) for run in re.findall(r"[0-9.]+", expression))
+    if "\n" not in expression:
+        assert (digits <= MAX_LITERAL_DIGITS) is admitted
+        if not admitted:
+            with pytest.raises(ToolError):
+                evaluate(expression)

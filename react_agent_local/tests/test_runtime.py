@@ -19,6 +19,7 @@ from agent.model_policy import ModelUnavailable
 from agent.packs import PACKAGE_ROOT, load_pack
 from agent.runtime import run_agent
 from agent.tools import ToolError, catalog, default_registry
+from agent.tools.calculator import CALCULATOR_PATTERN
 from runtime_helpers import chain_outputs, events_of, run_scripted, types
 
 GOLDEN = Path(__file__).parent / "golden" / "normal_chain.json"
@@ -212,7 +213,7 @@ def test_rejection_feedback_names_the_field(tmp_path):
 def test_calculator_errors_become_failed_observations(tmp_path):
     outputs = chain()
     outputs.insert(1, json.dumps({"expression": "1/0"}))
-    outputs.insert(2, json.dumps({"expression": "9" * 31 + " * 2"}))
+    outputs.insert(2, json.dumps({"expression": "(" * 21 + "1" + ")" * 21}))  # nests deeper than the tool allows
     outcome, _ = run_scripted(outputs, tmp_path)
     failed = [e["observation"]["error"]["code"] for e in events_of(outcome, "tool.observation")
               if not e["observation"]["ok"]]
@@ -347,7 +348,7 @@ def test_free_mode_schema_types_every_choice_and_cites_only_existing_observation
     # one alternative per tool, each with that tool's own argument schema; no Final before any evidence
     assert [c["properties"]["tool"]["const"] for c in first] == ["knowledge_search", "calculator", "plot"]
     calculator = first[1]["properties"]["arguments"]
-    assert calculator["properties"]["expression"]["pattern"] == "^[0-9 +\\-*/().]+$"
+    assert calculator["properties"]["expression"]["pattern"] == CALCULATOR_PATTERN
     final = last[-1]["properties"]
     assert final["type"] == {"const": "final"}
     assert final["evidence_ids"]["items"]["enum"] == [o.id for o in outcome.result.observations]

@@ -43,14 +43,18 @@ from pydantic import Field
 
 from .base import StrictArgs, Tool, ToolContext, ToolError
 
-# The character set of the contract: digits, spaces, the four operators, parentheses, a decimal point.
-CALCULATOR_PATTERN = r"^[0-9 +\-*/().]+$"
-
 MAX_LENGTH = 240
 MAX_DEPTH = 20
 MAX_NODES = 200
 MAX_LITERAL_DIGITS = 30
 MAX_MAGNITUDE = Fraction(10**15)
+
+# The contract: digits, spaces, the four operators, parentheses, a decimal point -- and no number
+# (a run of digits and points) with more than MAX_LITERAL_DIGITS digits, so the decoding grammar stops
+# a model that repeats "0" (the 1.5B once wrote "8335897." and 200 zeros, three times) where the
+# validator would refuse it anyway.
+_NUMBER_RUN = rf"\.*(?:[0-9]\.*){{1,{MAX_LITERAL_DIGITS}}}"
+CALCULATOR_PATTERN = rf"^[ +\-*/()]*(?:{_NUMBER_RUN}[ +\-*/()]+)*(?:{_NUMBER_RUN})?$"
 
 _ALLOWED_CHARS = frozenset("0123456789 +-*/().")
 _LITERAL = re.compile(r"[0-9.]+")
