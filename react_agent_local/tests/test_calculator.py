@@ -160,7 +160,7 @@ def test_through_the_registry(tmp_path: Path):
     ("2602418 / 8335897." + "0" * 23, True),
     ("2602418 / 8335897." + "0" * 24, False),  # the 1.5B's runaway zeros, stopped by the grammar
     ("(72 + 78.5) / 2", True),
-    ("1 + 1\n", False),
+    ("1 + x", False),
 ])
 def test_the_contract_pattern_bounds_every_number_like_the_validator(expression, admitted):
     """Where the pattern admits a number, the validator does not refuse it for its digits; where the
@@ -171,8 +171,8 @@ def test_the_contract_pattern_bounds_every_number_like_the_validator(expression,
 
     assert bool(re.match(CALCULATOR_PATTERN, expression)) is admitted
     digits = max(sum(c.isdigit() for c in run) for run in re.findall(r"[0-9.]+", expression))
-    if "\n" not in expression:
+    if "x" not in expression:
         assert (digits <= MAX_LITERAL_DIGITS) is admitted
-        if not admitted:
-            with pytest.raises(ToolError):
-                evaluate(expression)
+    if not admitted:
+        with pytest.raises(ToolError):
+            evaluate(expression)
