@@ -85,6 +85,7 @@ class DecisionRequest:
     #: served model's text) or "arguments" (a served tool call's). Counts only: the raw text never
     #: leaves the policy, so a live view cannot leak it into a trace.
     on_progress: Callable[[str, int], None] | None = None
+    _turn: str | None = field(default=None, init=False, repr=False)
 
     @property
     def purpose(self) -> Literal["decision", "repair"]:
@@ -93,13 +94,16 @@ class DecisionRequest:
     def messages(self) -> list[dict[str, str]]:
         from .prompting import build_messages
 
-        return build_messages(self.state, self.branch, self.tools, self.repair_error)
+        return build_messages(self.state, self.branch, self.tools, self.repair_error, turn=self.turn())
 
     def turn(self) -> str:
-        """This call's own user turn (what ``messages()`` adds after the run's earlier turns)."""
-        from .prompting import turn_text
+        """This call's own user turn (what ``messages()`` adds after the run's earlier turns), built
+        once: the runtime keeps it in the conversation after the policy has sent it."""
+        if self._turn is None:
+            from .prompting import turn_text
 
-        return turn_text(self.state, self.branch, self.tools, self.repair_error)
+            self._turn = turn_text(self.state, self.branch, self.tools, self.repair_error)
+        return self._turn
 
     def continuation(self) -> "ModelRequest":
         """The request as a prefix continuation: messages, the branch's prefix, its value schema."""

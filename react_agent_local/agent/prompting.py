@@ -219,15 +219,17 @@ class PromptState:
 
 
 def build_messages(state: PromptState, branch: Branch, registry: ToolRegistry,
-                   repair_error: str | None = None) -> list[dict[str, str]]:
-    """The system message, the run's earlier turns with the model's Decisions, and this step's turn."""
+                   repair_error: str | None = None, turn: str | None = None) -> list[dict[str, str]]:
+    """The system message, the run's earlier turns with the model's Decisions, and this step's turn
+    (``turn``: its text, when the caller has it already)."""
     system = {"role": "system", "content": system_message(registry)}
     if sum(len(user) + len(model) for user, model in state.history) > HISTORY_CHARS:
         return [system, {"role": "user", "content": compact_turn(state, branch, registry, repair_error)}]
     messages = [system]
     for user, model in state.history:
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": model}]
-    messages.append({"role": "user", "content": turn_text(state, branch, registry, repair_error)})
+    messages.append({"role": "user", "content": turn if turn is not None
+                     else turn_text(state, branch, registry, repair_error)})
     return messages
 
 
@@ -244,9 +246,7 @@ def turn_text(state: PromptState, branch: Branch, registry: ToolRegistry, repair
         parts += ["NEW OBSERVATIONS (written by the runtime):", *(observation_line(o, registry) for o in new), ""]
     elif not state.history:
         parts += ["OBSERVATIONS: (none yet)", ""]
-    feedback = state.feedback[state.shown_feedback:]
-    if feedback:
-        parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in feedback[-VISIBLE_FEEDBACK:]), ""]
+    parts += feedback_block(state.feedback[state.shown_feedback:])
     return _closing(parts, state, branch, registry, repair_error)
 
 
@@ -256,9 +256,13 @@ def compact_turn(state: PromptState, branch: Branch, registry: ToolRegistry, rep
     parts = [f"TASK: {state.goal}", "", "OBSERVATIONS (oldest first, written by the runtime):"]
     parts += [observation_line(o, registry) for o in visible] or ["(none yet)"]
     parts.append("")
-    if state.feedback:
-        parts += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in state.feedback[-VISIBLE_FEEDBACK:]), ""]
+    parts += feedback_block(state.feedback)
     return _closing(parts, state, branch, registry, repair_error)
+
+
+def feedback_block(lines: list[str]) -> list[str]:
+    """The latest ``VISIBLE_FEEDBACK`` feedback lines under their heading (none: nothing)."""
+    return ["RUNTIME FEEDBACK:", *(f"- {line}" for line in lines[-VISIBLE_FEEDBACK:]), ""] if lines else []
 
 
 def _closing(parts: list[str], state: PromptState, branch: Branch, registry: ToolRegistry,

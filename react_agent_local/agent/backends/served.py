@@ -226,9 +226,9 @@ def final_tool(branch: Any) -> ToolDef:
 def build_conversation(request: DecisionRequest, arguments: dict[str, dict[str, Any]],
                        names: dict[str, str]) -> Conversation:
     from ..prompting import (
-        VISIBLE_FEEDBACK,
         VISIBLE_OBSERVATIONS,
         budget_line,
+        feedback_block,
         observation_line,
         prompt_text,
     )
@@ -242,8 +242,7 @@ def build_conversation(request: DecisionRequest, arguments: dict[str, dict[str, 
                           arguments=arguments.get(obs.id, obs.attempted_arguments or {})))
         turns.append(Turn("result", call_id=cid, text=observation_line(obs, registry), is_error=not obs.ok))
     now: list[str] = []
-    if state.feedback:
-        now += ["RUNTIME FEEDBACK:", *(f"- {line}" for line in state.feedback[-VISIBLE_FEEDBACK:]), ""]
+    now += feedback_block(state.feedback)
     now.append(budget_line(state.budget_left))
     hints = "\n".join([*state.check_lines, *state.final_hints])
     if branch.kind == "action":
