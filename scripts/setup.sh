@@ -25,12 +25,23 @@ if [ ! -x .venv/bin/python ]; then
   step "creating .venv with $($PYTHON --version 2>&1)"
   "$PYTHON" -m venv .venv
 fi
-# llama.cpp is compiled for a portable x86-64 baseline (AVX2/FMA/F16C) instead of -march=native:
-# a native build on a CPU that reports AMX uses AMX tiles for batched matrix products, and where the
-# kernel or hypervisor does not grant them the first multi-token decode dies with SIGSEGV. The wheel
-# is built once per machine into a cache keyed by the version and these flags.
+# llama.cpp is compiled for the instruction sets this CPU reports, except AMX: a native build
+# (-march=native) on a CPU that reports AMX uses AMX tiles for batched matrix products, and where the
+# kernel or hypervisor does not grant them the first multi-token decode dies with SIGSEGV. AVX-512
+# (with VNNI/BF16/VBMI where present) evaluates prompts 1.3x (1.5B) to 1.5x (0.5B) faster than the
+# AVX2 baseline on a Xeon with both (issue 14). The wheel is built once per machine into a cache keyed
+# by the version and these flags, so a CPU with other instruction sets gets its own build.
 LLAMA_VERSION=$(sed -n 's/^llama-cpp-python==//p' react_agent_local/requirements.txt)
+CPU_FLAGS=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2 || true) "
+cpu_has() { case "$CPU_FLAGS" in *" $1 "*) return 0 ;; esac; return 1; }
 LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+if cpu_has avx512f && cpu_has avx512cd && cpu_has avx512vl && cpu_has avx512dq && cpu_has avx512bw; then
+  LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_AVX512=ON"
+  cpu_has avx512vbmi && LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_AVX512_VBMI=ON"
+  cpu_has avx512_vnni && LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_AVX512_VNNI=ON"
+  cpu_has avx512_bf16 && LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_AVX512_BF16=ON"
+fi
+cpu_has avx_vnni && LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_AVX_VNNI=ON"
 case "$(uname -m)" in x86_64|amd64) ;; *) LLAMA_CMAKE_ARGS="" ;; esac
 LLAMA_KEY=$(printf '%s %s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)
 LLAMA_WHEELS=${REACT_AGENT_WHEEL_DIR:-$HOME/.cache/react-agent-local/wheels}/llama-cpp-python-$LLAMA_KEY

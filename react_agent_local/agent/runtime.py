@@ -662,19 +662,40 @@ class Run:
                 if missing is not None:
                     return Branch("action", tool=tool, target=missing, summary=self._action_summary(tool))
             elif tool not in self._latest_ok():
-                return Branch("action", tool=tool, summary=self._action_summary(tool))
+                # After a rejected call the tool's expectations narrow the arguments they can (the
+                # 0.5B repeated a chart of 4 labels and 1 value until the loop guard stopped it).
+                narrowed = self._narrowing(tool) if self._last_rejected(tool) else ()
+                return Branch("action", tool=tool, narrowed=narrowed, summary=self._action_summary(tool))
             elif failing := self._failing_expectations(tool):
                 # Asked again: the instruction names what the result must be, and an expectation
                 # may narrow the arguments' grammar (e.g. an expression ending in a division).
                 _, check, spec = failing[0]
-                narrowed = tuple((name, self._resolve_refs(sub)) for _, _, failed in failing
-                                 for name, sub in (failed.arguments or {}).items())
+                narrowed = self._narrowing(tool, [failed for _, _, failed in failing])
                 return Branch("action", tool=tool, target=check.label + (f" ({spec.hint})" if spec.hint else ""),
                               narrowed=narrowed, summary=self._action_summary(tool))
         evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence()))
         form, numbers = self._final_form(evidence)
         return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers, language=self.language,
                       summary=task.summaries.get("final", "All required observations present: answer with evidence."))
+
+    def _narrowing(self, tool: str, specs: list[CheckSpec] | None = None) -> tuple[tuple[str, Any], ...]:
+        """The argument schemas that ``specs`` (default: every expectation on ``tool``'s result)
+        declare, with their evidence references resolved; a reference to nothing yet narrows nothing."""
+        if specs is None:
+            guide = self._guide()
+            specs = [s for s in (guide.expect if guide else []) if self._ref_tool(s.left) == tool]
+        narrowed = {}
+        for spec in specs:
+            for name, sub in (spec.arguments or {}).items():
+                resolved = self._resolve_refs(sub)
+                if resolved:
+                    narrowed[name] = resolved
+        return tuple(narrowed.items())
+
+    def _last_rejected(self, tool: str) -> bool:
+        """``tool``'s latest Observation is an argument rejection."""
+        last = next((o for o in reversed(self.observations) if o.tool == tool), None)
+        return last is not None and not last.ok and last.error is not None and last.error.code == "invalid_arguments"
 
     def _final_form(self, evidence_ids: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
         """The answer form and, for its number slots, the numbers the cited evidence holds."""

@@ -515,6 +515,23 @@ def test_a_chart_without_its_average_line_is_drawn_again(tmp_path):
     assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
 
 
+def test_a_rejected_chart_is_asked_again_with_the_observed_groups(tmp_path):
+    """The 0.5B drew 4 labels with 1 value, was refused, and wrote the same chart until the loop guard."""
+    outputs = chain()
+    plot = json.loads(outputs[2])
+    short = json.dumps({**plot, "values": plot["values"][:1]})
+    outcome, policy = run_scripted(outputs[:2] + [short] + outputs[2:], tmp_path)
+    rejected = outcome.result.observations[2]
+    assert not rejected.ok and rejected.error.code == "invalid_arguments"
+    # The first ask is the model's own; the ask after the rejection is narrowed to the observed groups.
+    assert "const" not in policy.requests[2].value_schema["properties"]["labels"]
+    batches = outcome.result.observations[0].result["data"]["batches"]
+    narrowed = policy.requests[3].value_schema["properties"]
+    assert narrowed["labels"] == {"const": list(batches)} and narrowed["values"] == {"const": list(batches.values())}
+    assert narrowed["average"] == {"const": outcome.result.observations[1].result["value"]}
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
+
+
 def test_a_final_over_a_wrong_average_is_refused_in_free_mode(tmp_path):
     actions, answer = free_chain()
     actions[1] = json.dumps({"type": "action", "tool": "calculator", "arguments": {"expression": "72 + 78 + 81 + 85"}})
