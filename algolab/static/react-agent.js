@@ -987,7 +987,8 @@
         const u = e.usage || {};
         return row('model', e.type === 'model.repair.completed' ? 'Model（repair）' : 'Model',
           el('span', { text: (u.input_tokens ?? '?') + ' in / ' + (u.output_tokens ?? '?') + ' out tokens' +
-            (u.forced_tokens ? '（' + u.forced_tokens + ' forced）' : '') + ' · ' +
+            (u.forced_tokens ? '（' + u.forced_tokens + ' forced）' : '') +
+            (u.drafted_tokens ? '（' + u.drafted_tokens + ' from a draft）' : '') + ' · ' +
             ((e.latency_ms ?? 0) / 1000).toFixed(2) + ' s · ' + (e.finish_reason || '') + ' · output sha256 ' +
             String(e.output_sha256 || '').slice(0, 12) + '…' }));
       }

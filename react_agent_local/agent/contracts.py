@@ -87,6 +87,7 @@ class Usage:
     output_tokens: int = 0
     cached_tokens: int = 0
     forced_tokens: int = 0  # output tokens the grammar forced (appended at prompt speed, not sampled)
+    drafted_tokens: int = 0  # sampled tokens a draft proposed (verified in a batch)
     model_ms: float = 0.0
     tool_ms: float = 0.0
     action_attempts: int = 0  # actions proposed (valid or rejected)

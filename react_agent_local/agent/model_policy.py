@@ -60,6 +60,9 @@ class ModelRequest:
     purpose: Literal["decision", "repair"] = "decision"
     #: Called with the text so far as it grows (backends that decode token by token); for streaming.
     on_text: Callable[[str], None] | None = None
+    #: Text the model will likely copy (e.g. the observed values a chart plots): a backend may propose
+    #: it as a draft and verify it in one batch. It never changes what is sampled, only how fast.
+    drafts: tuple[str, ...] = ()
 
     def should_stop(self) -> FinishReason | None:
         if self.cancel.is_set():
@@ -113,7 +116,7 @@ class DecisionRequest:
             suffix=self.branch.suffix, max_new_tokens=self.max_new_tokens,
             temperature=0.0 if greedy else self.sampling.temperature, seed=self.sampling.seed,
             top_p=self.sampling.top_p, top_k=self.sampling.top_k, deadline=self.deadline, cancel=self.cancel,
-            purpose=self.purpose,
+            purpose=self.purpose, drafts=self.branch.drafts,
             on_text=(lambda text: self.on_progress("text", len(text))) if self.on_progress else None)
 
 
@@ -128,6 +131,8 @@ class Generation:
     prompt_eval_ms: float | None = None
     #: of ``output_tokens``, those the grammar forced (appended in a batch at prompt speed, not sampled)
     forced_tokens: int = 0
+    #: of the sampled tokens, those a draft had proposed (verified in a batch, not decoded one by one)
+    drafted_tokens: int = 0
 
 
 @dataclass
@@ -191,7 +196,8 @@ class ContinuationPolicy:
         gen = self.generate(request.continuation())
         return Candidate(text=gen.text, input_tokens=gen.input_tokens, output_tokens=gen.output_tokens,
                          latency_ms=gen.latency_ms, finish_reason=gen.finish_reason, cached_tokens=gen.cached_tokens,
-                         prompt_eval_ms=gen.prompt_eval_ms, forced_tokens=gen.forced_tokens)
+                         prompt_eval_ms=gen.prompt_eval_ms, forced_tokens=gen.forced_tokens,
+                         drafted_tokens=gen.drafted_tokens)
 
     def close(self) -> None:
         pass

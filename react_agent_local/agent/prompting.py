@@ -97,6 +97,9 @@ class Branch:
     summary: str = ""
     #: an action asked again: argument schemas that replace the tool's own (a failing expectation's)
     narrowed: tuple[tuple[str, Any], ...] = ()
+    #: text the arguments will likely copy (the evidence an expectation names), proposed to the
+    #: backend as a draft: it only speeds decoding up and never constrains it
+    drafts: tuple[str, ...] = ()
 
     @property
     def prefix(self) -> str:
@@ -285,6 +288,10 @@ def budget_line(budget_left: dict[str, Any]) -> str:
     return "BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in budget_left.items() if k in MODEL_VISIBLE_BUDGETS)
 
 
+COMPARISON_RULE = ('"X >= Y is True" only when X is greater than or equal to Y; '
+                   '"X >= Y is False" when X is smaller than Y.')
+
+
 def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptState) -> str:
     if branch.kind == "action":
         tool = registry.get(branch.tool)
@@ -296,8 +303,9 @@ def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptStat
     if branch.kind == "final":
         form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
                 if branch.answer_form else "as plain sentences (not JSON inside the string), in the language of the task.")
-        return prompt_text("final").format(evidence_ids=", ".join(branch.evidence_ids), answer_form=form,
-                                           hints=hints).strip()
+        # Checks the runtime worked out state their outcomes; without them the model compares itself.
+        rule = [] if state.check_lines else [COMPARISON_RULE]
+        return prompt_text("final").format(answer_form=form, hints="\n".join([*rule, hints])).strip()
     form = f' in exactly this form: "{branch.answer_form}"' if branch.answer_form else ""
     return (
         "NEXT DECISION: choose. Either an action "

@@ -246,13 +246,15 @@ class Run:
         self.usage.output_tokens += candidate.output_tokens
         self.usage.cached_tokens += candidate.cached_tokens
         self.usage.forced_tokens += candidate.forced_tokens
+        self.usage.drafted_tokens += candidate.drafted_tokens
         self.usage.model_ms += candidate.latency_ms
         self.usage.recoverable += candidate.protocol_repairs
         self.usage.recovered += candidate.protocol_repairs
         self.trace.emit(completed_type, "model", self.step, attempt,
                         model=self.policy.description.public(),
                         usage={"input_tokens": candidate.input_tokens, "output_tokens": candidate.output_tokens,
-                               "cached_tokens": candidate.cached_tokens, "forced_tokens": candidate.forced_tokens},
+                               "cached_tokens": candidate.cached_tokens, "forced_tokens": candidate.forced_tokens,
+                               "drafted_tokens": candidate.drafted_tokens},
                         latency_ms=round(candidate.latency_ms, 3),
                         output_sha256=sha256_text(candidate.text if candidate.decision is None
                                                   else canonical(candidate.decision)),
@@ -665,7 +667,11 @@ class Run:
                 # After a rejected call the tool's expectations narrow the arguments they can (the
                 # 0.5B repeated a chart of 4 labels and 1 value until the loop guard stopped it).
                 narrowed = self._narrowing(tool) if self._last_rejected(tool) else ()
-                return Branch("action", tool=tool, narrowed=narrowed, summary=self._action_summary(tool))
+                # On the first ask the same evidence is only a draft: it speeds decoding where the
+                # model copies it and never constrains what the model writes.
+                drafts = () if narrowed else _draft_texts(self._narrowing(tool))
+                return Branch("action", tool=tool, narrowed=narrowed, drafts=drafts,
+                              summary=self._action_summary(tool))
             elif failing := self._failing_expectations(tool):
                 # Asked again: the instruction names what the result must be, and an expectation
                 # may narrow the arguments' grammar (e.g. an expression ending in a division).
@@ -745,6 +751,12 @@ class Run:
                         metrics=metrics.model_dump() if metrics else None,
                         error=error.model_dump() if error else None, trace_dropped=self.trace.dropped)
         return RunOutcome(result=result, events=self.trace.events)
+
+
+def _draft_texts(narrowing: tuple[tuple[str, Any], ...]) -> tuple[str, ...]:
+    """Each fixed argument value of a narrowing as the JSON the model would write for it."""
+    return tuple(f'"{name}": {json.dumps(sub["const"], ensure_ascii=False)}'
+                 for name, sub in narrowing if isinstance(sub, dict) and "const" in sub)
 
 
 def _falls_short(check: ResolvedCheck) -> str:

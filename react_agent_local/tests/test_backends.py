@@ -472,3 +472,16 @@ def test_real_top_k_one_is_greedy_even_when_hot(real_policy):
         hot = real_policy.generate(_calc_request(value_schema={"type": "string", "maxLength": 80},
                                                  temperature=2.0, top_k=1, seed=seed))
         assert hot.text == greedy.text
+
+
+@pytest.mark.slow
+def test_real_drafts_speed_decoding_up_and_never_change_the_text(real_policy):
+    """A draft is verified in one batch: where the model writes what it proposes, those tokens come
+    from the draft; the text is the model's own either way (greedy: identical)."""
+    plain = real_policy.generate(_calc_request())
+    expression = json.loads(plain.text)["expression"]
+    right = real_policy.generate(_calc_request(drafts=(f'"expression": "{expression}"',)))
+    assert right.text == plain.text and plain.drafted_tokens == 0
+    assert right.drafted_tokens >= 3, right  # the expression's tokens, verified several at a time
+    wrong = real_policy.generate(_calc_request(drafts=('"expression": "1 * 2 * 3 * 4 * 5 * 6"',)))
+    assert wrong.text == plain.text and wrong.drafted_tokens < right.drafted_tokens

@@ -464,7 +464,10 @@ def test_a_calculator_result_that_is_not_the_average_is_asked_again(tmp_path):
     # ... over the observed values, each once: a value picked twice (the 0.5B's habit) is not admitted
     values = [str(v) for v in data.values()]
     twice = "(" + " + ".join([values[0]] + values[:-1]) + f") / {len(values)}"
-    assert re.match(pattern, "(" + "+".join(values) + f")/{len(values)}") and not re.match(pattern, twice)
+    assert not re.match(pattern, twice)
+    # ... in one layout, so that the re-ask is forced text, not sampled token by token
+    assert re.fullmatch(pattern, "(" + " + ".join(values) + f") / {len(values)}")
+    assert not re.match(pattern, "(" + "+".join(values) + f")/{len(values)}")
     own = default_registry().get("calculator").compact_schema()
     assert policy.requests[1].value_schema == own  # the first ask has the tool's own schema
     assert outcome.result.final.evidence_ids[1] == calcs[1].id
@@ -526,6 +529,10 @@ def test_a_rejected_chart_is_asked_again_with_the_observed_groups(tmp_path):
     # The first ask is the model's own; the ask after the rejection is narrowed to the observed groups.
     assert "const" not in policy.requests[2].value_schema["properties"]["labels"]
     batches = outcome.result.observations[0].result["data"]["batches"]
+    # ... though the first ask offers them as a draft (decoding speed only), in the model's JSON layout
+    assert f'"labels": {json.dumps(list(batches))}' in policy.requests[2].drafts
+    assert f'"values": {json.dumps(list(batches.values()))}' in policy.requests[2].drafts
+    assert policy.requests[3].drafts == ()
     narrowed = policy.requests[3].value_schema["properties"]
     assert narrowed["labels"] == {"const": list(batches)} and narrowed["values"] == {"const": list(batches.values())}
     assert narrowed["average"] == {"const": outcome.result.observations[1].result["value"]}

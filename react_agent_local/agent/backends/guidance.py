@@ -121,6 +121,10 @@ class Matcher:
         mask[:n] = bits[:n].astype(bool)
         return mask
 
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many of ``tokens``, from the start, the grammar admits here (nothing is consumed)."""
+        return int(self._m.validate_tokens(tokens)) if tokens else 0
+
     def accept(self, token: int) -> None:
         if not self._m.consume_token(token):
             raise ModelUnavailable("the grammar refused a token it had allowed", code="grammar_failed")

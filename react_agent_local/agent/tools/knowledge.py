@@ -498,10 +498,11 @@ def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None
 
 def _mean_pattern(batches: dict[str, int | float]) -> str:
     """The average's expression: the observed values in the order observed, summed in parentheses
-    and divided by their count (plain spaces around the operators optional: the calculator admits no
-    other white space)."""
-    values = r" *\+ *".join(re.escape(_fmt(v)) for v in batches.values())
-    return rf"^\( *{values} *\) */ *{len(batches)}$"
+    and divided by their count, in the one layout models write (``(72 + 78) / 2``). Asked again, the
+    model has nothing left to choose, so every token is forced and evaluated at prompt speed instead
+    of sampled one at a time (issue 14): optional spaces would leave each one a choice."""
+    values = r" \+ ".join(re.escape(_fmt(v)) for v in batches.values())
+    return rf"^\({values}\) / {len(batches)}$"
 
 
 def _observed_bars(batches: dict[str, int | float]) -> dict[str, Any]:
