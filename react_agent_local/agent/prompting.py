@@ -118,9 +118,13 @@ class Branch:
         if self.kind == "action":
             schema = tool_schema(registry, self.tool)
             if self.narrowed:
+                # A narrowed argument is one the re-ask demands: optional or not, it must be written
+                # (the 0.5B left an optional average out of every re-drawn chart until the loop guard).
                 properties = dict(schema.get("properties", {}))
+                names = [name for name, _ in self.narrowed if name in properties]
                 properties.update({name: sub for name, sub in self.narrowed if name in properties})
-                schema = {**schema, "properties": properties}
+                required = list(dict.fromkeys([*schema.get("required", []), *names]))
+                schema = {**schema, "properties": properties, "required": required}
             return schema
         if self.kind == "final":
             return answer_schema(self.answer_form, self.numbers, self.language)

@@ -515,6 +515,7 @@ def test_a_chart_without_its_average_line_is_drawn_again(tmp_path):
     assert "obs-plot-3: has no value for the calculator's average" in policy.requests[3].messages[-1]["content"]
     average = outcome.result.observations[1].result["value"]
     assert policy.requests[3].value_schema["properties"]["average"] == {"const": average}
+    assert "average" in policy.requests[3].value_schema["required"]  # optional for the tool, not here
     assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
 
 
