@@ -121,9 +121,9 @@ class Branch:
                 # A narrowed argument is one the re-ask demands: optional or not, it must be written
                 # (the 0.5B left an optional average out of every re-drawn chart until the loop guard).
                 properties = dict(schema.get("properties", {}))
-                names = [name for name, _ in self.narrowed if name in properties]
-                properties.update({name: sub for name, sub in self.narrowed if name in properties})
-                required = list(dict.fromkeys([*schema.get("required", []), *names]))
+                chosen = {name: sub for name, sub in self.narrowed if name in properties}
+                properties.update(chosen)
+                required = list(dict.fromkeys([*schema.get("required", []), *chosen]))
                 schema = {**schema, "properties": properties, "required": required}
             return schema
         if self.kind == "final":

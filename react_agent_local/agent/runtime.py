@@ -666,12 +666,11 @@ class Run:
             elif tool not in self._latest_ok():
                 # After a rejected call the tool's expectations narrow the arguments they can (the
                 # 0.5B repeated a chart of 4 labels and 1 value until the loop guard stopped it).
-                narrowed = self._narrowing(tool) if self._last_rejected(tool) else ()
                 # On the first ask the same evidence is only a draft: it speeds decoding where the
                 # model copies it and never constrains what the model writes.
-                drafts = () if narrowed else _draft_texts(self._narrowing(tool))
-                return Branch("action", tool=tool, narrowed=narrowed, drafts=drafts,
-                              summary=self._action_summary(tool))
+                narrowing, rejected = self._narrowing(tool), self._last_rejected(tool)
+                return Branch("action", tool=tool, narrowed=narrowing if rejected else (),
+                              drafts=() if rejected else _draft_texts(narrowing), summary=self._action_summary(tool))
             elif failing := self._failing_expectations(tool):
                 # Asked again: the instruction names what the result must be, and an expectation
                 # may narrow the arguments' grammar (e.g. an expression ending in a division).

@@ -109,7 +109,7 @@ class Matcher:
             raise ModelUnavailable("the grammar failed to compile", code="grammar_failed")
 
     def allows(self, token: int) -> bool:
-        return 0 <= token < self.vocab_size and self._m.validate_tokens([token]) == 1
+        return 0 <= token < self.vocab_size and self.valid_prefix([token]) == 1
 
     def allowed_mask(self, n_vocab: int) -> Any:
         """Boolean array over the model's ``n_vocab`` logits: True where the grammar allows the token."""
