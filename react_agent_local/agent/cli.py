@@ -63,7 +63,8 @@ def format_event(e: dict[str, Any]) -> str | None:
     if t in ("model.completed", "model.repair.completed"):
         u = e["usage"]
         kind = "repair" if "repair" in t else "model"
-        return (head + f"{kind}: {u['input_tokens']} prompt tok ({u.get('cached_tokens', 0)} cached), "
+        return (head + f"{kind}: {u['input_tokens']} prompt tok ({u.get('cached_tokens', 0)} cached"
+                + (f", {u['restored_tokens']} restored from disk" if u.get("restored_tokens") else "") + "), "
                 f"{u['output_tokens']} out tok" + (f" ({u['forced_tokens']} forced)" if u.get("forced_tokens") else "")
                 + (f" ({u['drafted_tokens']} from a draft)" if u.get("drafted_tokens") else "")
                 + f", {e['latency_ms'] / 1000:.2f}s, finish={e['finish_reason']}")

@@ -133,6 +133,8 @@ class Generation:
     forced_tokens: int = 0
     #: of the sampled tokens, those a draft had proposed (verified in a batch, not decoded one by one)
     drafted_tokens: int = 0
+    #: of ``cached_tokens``, those restored from a state saved by an earlier process (the prefix cache)
+    restored_tokens: int = 0
 
 
 @dataclass
@@ -197,7 +199,7 @@ class ContinuationPolicy:
         return Candidate(text=gen.text, input_tokens=gen.input_tokens, output_tokens=gen.output_tokens,
                          latency_ms=gen.latency_ms, finish_reason=gen.finish_reason, cached_tokens=gen.cached_tokens,
                          prompt_eval_ms=gen.prompt_eval_ms, forced_tokens=gen.forced_tokens,
-                         drafted_tokens=gen.drafted_tokens)
+                         drafted_tokens=gen.drafted_tokens, restored_tokens=gen.restored_tokens)
 
     def close(self) -> None:
         pass

@@ -254,7 +254,8 @@ class Run:
                         model=self.policy.description.public(),
                         usage={"input_tokens": candidate.input_tokens, "output_tokens": candidate.output_tokens,
                                "cached_tokens": candidate.cached_tokens, "forced_tokens": candidate.forced_tokens,
-                               "drafted_tokens": candidate.drafted_tokens},
+                               "drafted_tokens": candidate.drafted_tokens,
+                               "restored_tokens": candidate.restored_tokens},
                         latency_ms=round(candidate.latency_ms, 3),
                         output_sha256=sha256_text(candidate.text if candidate.decision is None
                                                   else canonical(candidate.decision)),

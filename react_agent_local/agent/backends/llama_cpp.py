@@ -9,8 +9,10 @@ speed instead of being sampled (``forced_tokens``). The runtime appends ``reques
 Generation stops at end-of-turn, at ``max_new_tokens``, as soon as the text is one complete JSON
 value, or at the request's deadline/cancel (checked between prompt chunks and between tokens).
 
-KV reuse (R-RT-9): llama-cpp-python keeps the tokens it evaluated last; the prompt prefix shared
-with them is not evaluated again and is reported as ``cached_tokens``.
+KV reuse: llama-cpp-python keeps the tokens it evaluated last; the prompt prefix shared with them is
+not evaluated again and is reported as ``cached_tokens``. A fresh process restores the state of the
+system message (the same for every run with the same tools) from ``prefix_cache`` instead of
+evaluating it; those tokens are reported as ``restored_tokens`` (and counted in ``cached_tokens``).
 
 A grammar that fails to compile is never applied: that request runs unconstrained and
 ``grammar_failures`` counts it (the runtime validates every value anyway). The grammar is applied
@@ -30,6 +32,7 @@ from typing import Any
 
 from ..model_policy import ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
 from . import INSTALL_HINTS, ContextOverflow, ModelLocation, complete_json_end
+from .prefix_cache import PrefixCache, default_directory, model_identity
 
 DEFAULT_N_CTX = 8192
 PREFILL_CHUNK = 128  # prompt tokens per decode call; deadline/cancel is checked between chunks
@@ -97,6 +100,7 @@ class LlamaCppPolicy(ContinuationPolicy):
         device, dtype = resolve_device_dtype(device, dtype)
         self._lock = threading.Lock()
         self.n_threads = n_threads or physical_cores()
+        self.restored_tokens = 0  # prompt tokens restored from the prefix cache in this process
         started = time.perf_counter()
         try:
             self._llm = llama_cpp.Llama(
@@ -130,12 +134,14 @@ class LlamaCppPolicy(ContinuationPolicy):
         except ModelUnavailable:
             self.close()
             raise
+        self._prefix_cache = _open_prefix_cache(llama_cpp, self._llm, loc.path)
         self.description = ModelDescription(
             name=loc.name, backend="llama_cpp", path_hash=loc.path_hash, device=device, dtype="auto",
             details={"kind": "gguf", "n_ctx": self.n_ctx, "n_threads": self.n_threads,
                      "architecture": meta.get("general.architecture"),
                      "quantization": _file_type_name(meta.get("general.file_type")),
-                     "load_ms": round(self.load_ms, 1), "grammar": True, "grammar_engine": "llguidance"},
+                     "load_ms": round(self.load_ms, 1), "grammar": True, "grammar_engine": "llguidance",
+                     "prefix_cache": self._prefix_cache is not None},
         )
 
     # -- prompt ------------------------------------------------------------------------------
@@ -148,6 +154,21 @@ class LlamaCppPolicy(ContinuationPolicy):
             raise ModelUnavailable(f"{self.description.name}: the chat template failed to render "
                                    f"({type(exc).__name__})", code="chat_template_failed") from None
         return rendered + request.prefix
+
+    def static_prefix(self, request: ModelRequest, tokens: list[int]) -> int:
+        """How many of ``tokens`` belong to the system message: the part of the prompt that does not
+        depend on the task. The template is rendered with the system message alone, and the text that
+        rendering shares with the whole prompt is the static part (whatever the template's markup)."""
+        messages = request.messages
+        if len(messages) < 2 or messages[0].get("role") != "system":
+            return 0
+        try:
+            alone = self._formatter(messages=messages[:1]).prompt
+            whole = self._formatter(messages=messages).prompt
+        except Exception:
+            return 0
+        shared = os.path.commonprefix([alone, whole])
+        return _common_prefix(self.tokenize(shared), tokens, limit=len(tokens) - 1)
 
     def tokenize(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
@@ -180,13 +201,13 @@ class LlamaCppPolicy(ContinuationPolicy):
         # A value after a prefix that ends at a colon starts with the space the model would write there.
         grammar = self._guidance.grammar(request.value_schema, lead=" " if request.prefix.endswith(":") else "")
         out: list[int] = []
-        forced = drafted = 0
+        forced = drafted = restored = 0
 
         def done(text: str, reason: str, cached: int, prefill_ms: float | None) -> Generation:
             return Generation(text=text, input_tokens=len(tokens), output_tokens=len(out),
                               latency_ms=(time.perf_counter() - started) * 1000, finish_reason=reason,
                               cached_tokens=cached, prompt_eval_ms=prefill_ms, forced_tokens=forced,
-                              drafted_tokens=drafted)
+                              drafted_tokens=drafted, restored_tokens=restored)
 
         # Prefill all but the last prompt token in chunks, so a deadline or cancel can interrupt a
         # long prompt; the KV cache keeps whatever prefix this prompt shares with the previous one.
@@ -196,11 +217,23 @@ class LlamaCppPolicy(ContinuationPolicy):
             cached = 0
         llm.n_tokens = cached
         prefill_started = time.perf_counter()
-        for begin in range(cached, len(tokens) - 1, PREFILL_CHUNK):
-            reason = request.should_stop()
-            if reason:
-                return done("", reason, cached, (time.perf_counter() - prefill_started) * 1000)
-            llm.eval(tokens[begin: min(begin + PREFILL_CHUNK, len(tokens) - 1)])
+        # Nothing reused: the system message's state may be on disk, or is saved once evaluated.
+        static = self.static_prefix(request, tokens) if cached == 0 and self._prefix_cache is not None else 0
+        if static:
+            restored = self._restore(tokens, static)
+            cached += restored
+            static = 0 if restored else static
+        stops = sorted({static, len(tokens) - 1} - {0})
+        begin = cached
+        for stop in stops:
+            for begin in range(begin, stop, PREFILL_CHUNK):
+                reason = request.should_stop()
+                if reason:
+                    return done("", reason, cached, (time.perf_counter() - prefill_started) * 1000)
+                llm.eval(tokens[begin: min(begin + PREFILL_CHUNK, stop)])
+            begin = max(begin, stop)
+            if stop == static:
+                self._save(tokens[:static])
         prefill_ms = (time.perf_counter() - prefill_started) * 1000
 
         reason = request.should_stop()
@@ -268,6 +301,31 @@ class LlamaCppPolicy(ContinuationPolicy):
         finally:
             sampler.close()
         return done(text, finish or "length", cached, prefill_ms)
+
+    def _restore(self, tokens: list[int], static: int) -> int:
+        """Load the saved state of the longest saved prefix (at most the static part); its length."""
+        saved = self._prefix_cache.lookup(tokens, limit=static)
+        if saved is None:
+            return 0
+        llm, lc = self._llm, self._llama_cpp
+        buffer = (ctypes.c_uint8 * len(saved.state)).from_buffer_copy(saved.state)
+        if lc.llama_state_set_data(llm._ctx.ctx, buffer, len(saved.state)) != len(saved.state):
+            llm.reset()  # refused: whatever it left in the cache is cleared and the prompt evaluated
+            llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+            return 0
+        n = len(saved.tokens)
+        llm.input_ids[:n] = saved.tokens
+        llm.n_tokens = n
+        self.restored_tokens += n
+        return n
+
+    def _save(self, prefix: list[int]) -> None:
+        llm, lc = self._llm, self._llama_cpp
+        size = lc.llama_state_get_size(llm._ctx.ctx)
+        buffer = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_get_data(llm._ctx.ctx, buffer, size)
+        if 0 < written <= size:
+            self._prefix_cache.store(prefix, bytes(buffer[:written]))
 
     def close(self) -> None:
         with self._lock:
@@ -397,6 +455,27 @@ def _truncate(llm: Any, keep: int) -> None:
     if keep < llm.n_tokens:
         llm._ctx.kv_cache_seq_rm(-1, keep, -1)
         llm.n_tokens = keep
+
+
+def _open_prefix_cache(lc: Any, llm: Any, path: Path) -> PrefixCache | None:
+    """The prefix cache of this model file under this build and context, or None when disabled."""
+    directory = default_directory()
+    if directory is None:
+        return None
+    try:
+        identity = model_identity(path)
+    except OSError:
+        return None
+    build = lc.llama_print_system_info().decode("utf-8", "replace")
+    key = json_key(model=identity, llama_cpp=getattr(lc, "__version__", "?"), build=build,
+                   n_ctx=llm.n_ctx(), n_batch=llm.n_batch)
+    return PrefixCache(directory, key)
+
+
+def json_key(**parts: Any) -> str:
+    import json
+
+    return json.dumps(parts, sort_keys=True)
 
 
 def _common_prefix(a: Any, b: list[int], limit: int) -> int:
