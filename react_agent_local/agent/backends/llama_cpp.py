@@ -36,6 +36,9 @@ from .prefix_cache import PrefixCache, default_directory, model_identity
 
 DEFAULT_N_CTX = 8192
 PREFILL_CHUNK = 128  # prompt tokens per decode call; deadline/cancel is checked between chunks
+#: The largest batch a decode call takes: a prefill chunk, or a sampled token with the tokens the
+#: grammar forces after it and a draft (kept under half of it). llama.cpp sizes its compute buffers by it.
+N_BATCH = 128
 
 
 def _import_llama_cpp():
@@ -102,11 +105,13 @@ class LlamaCppPolicy(ContinuationPolicy):
         self.n_threads = n_threads or physical_cores()
         self.restored_tokens = 0  # prompt tokens restored from the prefix cache in this process
         started = time.perf_counter()
+        # On the CPU, llama.cpp repacks most quantized weights into its own layout; from a memory map the
+        # file's pages stay resident beside that copy (peak RSS about twice the file), read() does not.
         try:
             self._llm = llama_cpp.Llama(
                 model_path=str(loc.path), n_ctx=n_ctx, n_threads=self.n_threads,
                 n_threads_batch=self.n_threads, n_gpu_layers=0 if device == "cpu" else -1,
-                n_batch=512, verbose=False,
+                n_batch=N_BATCH, use_mmap=device != "cpu", verbose=False,
             )
         except Exception as exc:  # llama.cpp reports every load failure as ValueError/RuntimeError
             raise ModelUnavailable(f"{loc.name}: llama.cpp could not load the weights "
