@@ -15,6 +15,12 @@ per run) N times, plus the alternative pack(s), and prints:
 
     ../.venv/bin/python bench/agent_bench.py --model PATH [--model PATH2] [--runs 10] [--backend auto]
     ../.venv/bin/python bench/agent_bench.py --model PATH --json out.json
+    ../.venv/bin/python bench/agent_bench.py --model PATH --runs 0 --fresh 5   # fresh CLI processes only
+
+``--fresh N`` also runs the default pack N times in fresh CLI processes (greedy), first with the
+prefix cache off and then with a warm one, and prints per process: the first model step's latency,
+prompt tokens evaluated vs restored from disk, wall seconds including the model load, and peak RSS
+(the child's own ``ru_maxrss``) against the model file's size.
 
 Nothing here is scripted: every Decision comes from the model.
 """
@@ -23,8 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import statistics
+import subprocess
+import sys
 from collections import Counter
 import tempfile
 import time
@@ -202,6 +211,54 @@ def print_table(model: str, rates: dict[str, float], rows: list[dict[str, Any]])
               f"{s['per_run_sampled']:.0f} ({s['per_run_drafted']:.0f}) | {s['per_run_forced']:.0f} |")
 
 
+def fresh_process(model: str, cache: str, runs_dir: Path) -> dict[str, Any]:
+    """One greedy default run in a new CLI process: what a user who types the command waits for."""
+    env = {**os.environ, "REACT_AGENT_PREFIX_CACHE": cache}
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--model", model, "--json", "--temperature", "0",
+                             "--runs-dir", str(runs_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=env, cwd=Path(__file__).resolve().parent.parent)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    events = [json.loads(line) for line in (runs_dir / result["run_id"] / "events.jsonl").read_text().splitlines()]
+    calls = [e for e in events if e["type"] in ("model.completed", "model.repair.completed")]
+    first = calls[0]["usage"] if calls else {}
+    return {"wall_s": wall, "rss_mb": usage.ru_maxrss / 1024, "exit": os.waitstatus_to_exitcode(status),
+            "task_success": bool((result.get("metrics") or {}).get("task_success")),
+            "first_step_s": calls[0]["latency_ms"] / 1000 if calls else float("nan"),
+            "first_prompt": first.get("input_tokens", 0), "first_restored": first.get("restored_tokens", 0),
+            "evaluated": sum(e["usage"]["input_tokens"] - e["usage"]["cached_tokens"] for e in calls),
+            "restored": sum(e["usage"].get("restored_tokens", 0) for e in calls)}
+
+
+def fresh_processes(model: str, n: int) -> list[dict[str, Any]]:
+    size_mb = Path(model).stat().st_size / (1 << 20)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "prefix-kv"
+        runs_dir = Path(tmp) / "runs"
+        runs_dir.mkdir()
+        fresh_process(model, str(cache), runs_dir)  # fills the cache (and the page cache): not counted
+        for label, where in (("prefix cache off", "0"), ("prefix cache warm", str(cache))):
+            got = [fresh_process(model, where, runs_dir) for _ in range(n)]
+            rows.append({"label": label, "runs": got})
+    print(f"\nfresh CLI processes, default pack, greedy, model file {size_mb:.0f} MiB:")
+    print("| processes | Task Success | first step s (median) | first prompt tok / restored | evaluated tok per run "
+          "| wall s incl. load (median, min-max) | peak RSS MiB (median) | RSS / file |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        r = row["runs"]
+        walls = [x["wall_s"] for x in r]
+        rss = statistics.median(x["rss_mb"] for x in r)
+        print(f"| {row['label']} ({len(r)}) | {sum(x['task_success'] for x in r)}/{len(r)} | "
+              f"{statistics.median(x['first_step_s'] for x in r):.2f} | {r[0]['first_prompt']} / "
+              f"{statistics.median(x['first_restored'] for x in r):.0f} | {statistics.median(x['evaluated'] for x in r):.0f} | "
+              f"{statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f}) | {rss:.0f} | {rss / size_mb:.2f} |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", required=True, help="GGUF file or model dir (repeatable)")
@@ -215,6 +272,7 @@ def main() -> None:
     parser.add_argument("--top-p", type=float, default=None, help="sampled runs' top_p (default: Sampling's)")
     parser.add_argument("--top-k", type=int, default=None, help="sampled runs' top_k (default: Sampling's)")
     parser.add_argument("--json", default=None, help="also write all runs and summaries here")
+    parser.add_argument("--fresh", type=int, default=0, help="also N fresh CLI processes per model, cache off and warm")
     args = parser.parse_args()
     alt_packs = args.alt_pack or ["release_hold"]
     sampling = {k: v for k, v in {"top_p": args.top_p, "top_k": args.top_k}.items() if v is not None}
@@ -223,6 +281,10 @@ def main() -> None:
           f"mode: {args.mode or 'as each pack says'}")
     report = []
     for model in args.model:
+        fresh = fresh_processes(model, args.fresh) if args.fresh else []
+        if not args.runs:
+            report.append({"model": model, "fresh": fresh})
+            continue
         unload_all()
         started = time.perf_counter()
         policy = load_policy(model, backend=args.backend)
@@ -244,7 +306,7 @@ def main() -> None:
                       f"{r['status']}/{r['stop_reason']} failed checks={failed} answer={r['answer']!r}")
                 print(f"    actions: {r['actions']}")
         report.append({"model": name, "backend": policy.description.backend, "rates": rates,
-                       "summaries": rows, "runs": greedy + sampled + alt})
+                       "summaries": rows, "runs": greedy + sampled + alt, "fresh": fresh})
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
 
