@@ -13,7 +13,9 @@ are opened relative to folder descriptors without following a link on any compon
 ``runs_dir``, so a run folder or ``artifacts/`` swapped for a symlink is refused, never read through. A restarted
 runner reloads finished jobs; a job that was queued or running when the process died is sealed as
 failed/runtime_error with its own ``run.finished``. Retention keeps the newest ``max_runs`` jobs and
-at most ``max_bytes`` on disk, deleting the oldest finished ones first.
+at most ``max_bytes`` on disk, deleting the oldest finished ones first. It runs on every path that
+ends a job -- finished, failed, cancelled while queued, sealed at a restart -- and when a job is
+created, so a storm of create + cancel cannot pile up folders while a long job runs.
 
 Locks, and why reads are cheap: the store's ``_lock`` guards the job table, the queue and the
 running id; each job's ``lock`` guards that job's state and event log and is held only to append to
@@ -337,6 +339,7 @@ class JobStore:
             served = getattr(run_request.model, "kind", "local") != "local"
             view = self._view(job, 0)
         (self._served_queue if served else self._queue).put(job_id)
+        self._enforce_retention()
         return view
 
     def view(self, job_id: str, after_seq: int = 0) -> dict[str, Any]:
@@ -410,13 +413,17 @@ class JobStore:
                     raise JobAlreadyFinished(f"job {job.id} already finished ({job.status}/{job.stop_reason})")
                 job.cancel_requested = True
                 job.cancel.set()
-            if job.status == "queued":
+            ended = job.status == "queued"
+            if ended:
                 self._queued_ids.remove(job.id)
                 # A queued job never reached the runtime: no metrics, one run.finished of its own.
                 self._seal(job, "cancelled", "cancelled", error=None)
             else:
                 self._persist(job)
-            return self._view(job, job.last_seq)
+            view = self._view(job, job.last_seq)
+        if ended:  # a running job is ended (and retention run) by its worker
+            self._enforce_retention()
+        return view
 
     def read_artifact(self, job_id: str, artifact_id: str) -> bytes:
         """The PNG of ``artifact_id`` if it belongs to ``job_id``; JobNotFound otherwise.
@@ -444,12 +451,14 @@ class JobStore:
     @property
     def running_id(self) -> str | None:
         """The running job (the oldest, when served jobs run side by side)."""
-        running = list(self._running_ids)
+        running = self.running_ids
         return running[0] if running else None
 
     @property
     def running_ids(self) -> list[str]:
-        return list(self._running_ids)
+        """Jobs a worker is running. A job whose run.finished is out counts no more, though its worker
+        may still be writing job.json: a client that saw it end may unload the model at once."""
+        return [i for i in list(self._running_ids) if (job := self._jobs.get(i)) is not None and not job.terminal]
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, cancel the running ones and wait briefly for the workers."""
@@ -748,6 +757,8 @@ class JobStore:
             return fh.readlines()
 
     def _enforce_retention(self) -> None:
+        """Delete the oldest finished jobs until at most ``max_runs`` jobs and ``max_bytes`` remain
+        (jobs still queued or running count, but are never deleted)."""
         with self._lock:
             finished = [j for j in self._jobs.values() if j.terminal]  # oldest first
             count = len(self._jobs)

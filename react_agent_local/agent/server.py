@@ -55,6 +55,7 @@ from .job_store import JobAlreadyFinished, JobNotFound, JobStore, PolicyFactory,
 from .model_policy import ModelUnavailable
 from .packs import DEFAULT_RUNS_DIR, PackError, available_packs, load_pack
 from .schemas import decision_schema
+from .secrets import HeldBack
 from .tools import ArgumentError, ToolRegistry, catalog
 from .trace import path_hash, redact
 
@@ -84,18 +85,18 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # --------------------------------------------------------------------------------------------
 
 
-def policy_factory_for(allow_model_hosts: tuple[str, ...] = ()) -> PolicyFactory:
+def policy_factory_for(access: Any = None) -> PolicyFactory:
     """Load (or reuse) the real model inside the run, so the HTTP side never waits on it. A served
-    model (R-SERVE) may live on loopback or on one of the operator's ``allow_model_hosts``."""
+    model (R-SERVE) may live on loopback or on an origin ``access`` (a ``ServedAccess``, built
+    from the operator's configuration; default: loopback only, no keys) allows."""
 
     def factory(request: RunRequest) -> Callable[[], Any]:
         def load() -> Any:
             try:
                 from .backends import load_model
-                from .backends.served import ServedAccess
             except ImportError as exc:
                 raise ModelUnavailable(f"model backends cannot be imported ({type(exc).__name__})") from None
-            return load_model(request.model, ServedAccess.of(allow_model_hosts))
+            return load_model(request.model, access)
 
         return load
 
@@ -140,11 +141,16 @@ class RunnerSettings:
     max_concurrent_served: int = 4
     #: The model that explains a finished run (default: the local model the request names).
     explain_policy_factory: Callable[[Any], Any] = field(default=lambda body: _load_explainer(body))
-    #: Hosts a served model may live on besides loopback (``--allow-model-host``); they alone get keys.
+    #: Origins a served model may live on besides loopback (``--allow-model-host``; each pins scheme
+    #: and port).
     allow_model_hosts: tuple[str, ...] = ()
+    #: Which key goes to which provider and origin: ``KIND@ORIGIN=VARIABLE`` (``--model-key``), read
+    #: from this process's environment when the app is created. A request never names a key.
+    model_keys: tuple[str, ...] = ()
     #: Event streams open at once at most; one more is refused with 429 too_many_streams.
     max_streams: int = 200
-    #: Seconds one stream write may take; a client that stopped reading is cut off after it.
+    #: Seconds one stream write may take, and (``main``) the connection's write deadline: a client
+    #: that stopped reading, or accepts no byte of a heartbeat, is cut off after it.
     stream_send_seconds: float = 10.0
     #: Seconds between keep-alive comments on a quiet stream.
     stream_ping_seconds: float = 15.0
@@ -245,16 +251,21 @@ def _loaded_models() -> list[dict[str, Any]]:
 def _explanation_lines(explain: Callable, events: list[dict[str, Any]], policy: Any, language: str) -> Any:
     """NDJSON lines: the text as the model writes it, then the labelled result (or an error)."""
     lines: queue.Queue[bytes | None] = queue.Queue()
-    sent = {"n": 0}
+    held = HeldBack()  # a secret's run may be split over two pieces: the tail waits for the next one
+    latest = {"text": ""}
+
+    def send(piece: str) -> None:
+        if piece:
+            lines.put(json.dumps({"delta": redact(piece)}, ensure_ascii=False).encode() + b"\n")
 
     def on_text(text: str) -> None:
-        if len(text) > sent["n"]:
-            lines.put(json.dumps({"delta": redact(text[sent["n"]:])}, ensure_ascii=False).encode() + b"\n")
-            sent["n"] = len(text)
+        latest["text"] = text
+        send(held.piece(text))
 
     def work() -> None:
         try:
             result = explain(events, policy, language=language, on_text=on_text)
+            send(held.piece(latest["text"], final=True))
             lines.put(json.dumps({"done": True, **result.public()}, ensure_ascii=False).encode() + b"\n")
         except ModelUnavailable as exc:
             lines.put(json.dumps({"done": True, "error": error_body(exc.code, redact(exc.message))["error"]}).encode() + b"\n")
@@ -305,12 +316,18 @@ def pack_list() -> list[dict[str, Any]]:
     return packs
 
 
-def _check_served_host(request: RunRequest, allow_model_hosts: tuple[str, ...]) -> None:
-    """A served model's host is checked before the job is queued (and again when it loads)."""
-    from .backends.served import ServedAccess, ServedModelError, base_url_of
+def _check_served_model(body: RunRequest | InspectRequest, access: Any) -> None:
+    """A served model's origin is checked before the job is queued (and again when it loads); the
+    request may not name a key's variable: which key goes where is the operator's configuration."""
+    from .backends.served import ServedModelError, base_url_of
 
+    if "api_key_env" in body.model.model_fields_set:
+        raise ApiError(422, "validation_error", "model.api_key_env: a request cannot choose a key; which key "
+                       "goes to which provider and host is the runner operator's configuration (--model-key)",
+                       fields=[{"loc": ["body", "model", "api_key_env"], "msg": "not accepted in a request",
+                                "type": "key_not_requestable"}])
     try:
-        ServedAccess.of(allow_model_hosts).endpoint(base_url_of(request.model))
+        access.endpoint(base_url_of(body.model))
     except ServedModelError as exc:
         raise ApiError(400, "model_unavailable", exc.message, reason=exc.code) from None
 
@@ -350,7 +367,11 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         return settings.run_fn(pack, *args, tools=tools.subset(names), **kwargs)
 
     telemetry = settings.telemetry
-    policy_factory = (policy_factory_for(tuple(settings.allow_model_hosts))
+    from .backends.served_access import ServedAccess
+
+    # The operator's keys are read once, here, and registered with the redactor (agent/secrets.py).
+    access = ServedAccess.of(settings.allow_model_hosts, settings.model_keys)
+    policy_factory = (policy_factory_for(access)
                       if settings.policy_factory is default_policy_factory else settings.policy_factory)
     store = JobStore(settings.runs_dir, run_with_tools, policy_factory,
                      max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued,
@@ -410,8 +431,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             "running_job": store.running_id,
             "running_jobs": store.running_ids,
             "test_policy": settings.test_policy,
-            "served_models": {"kinds": ["openai_compatible", "anthropic"],
-                              "allowed_hosts": ["loopback", *settings.allow_model_hosts]},
+            "served_models": {"kinds": ["openai_compatible", "anthropic"], **access.public()},
             "limits": {"max_body_bytes": settings.max_body_bytes, "max_queued": settings.max_queued,
                        "max_streams": settings.max_streams},
             "streams_open": streams.open,
@@ -457,14 +477,15 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         """
         if body.model.kind == "local":
             check_model_path(body.model_path)
+        else:
+            _check_served_model(body, access)
         try:
             from .backends import inspect_model as inspect, inspect_served
-            from .backends.served import ServedAccess
         except ImportError as exc:
             raise ApiError(400, "model_unavailable", f"model backends cannot be imported ({type(exc).__name__})")
         try:
             if body.model.kind != "local":  # served: host allowed, SDK, key, GET /models (5 s)
-                report = inspect_served(body.model, ServedAccess.of(settings.allow_model_hosts))
+                report = inspect_served(body.model, access)
             else:
                 report = inspect(body.model.path, body.model.device, body.model.dtype, body.model.backend)
         except ModelUnavailable as exc:
@@ -498,7 +519,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         if body.model.kind == "local":
             check_model_path(body.model_path, must_exist=not settings.test_policy)
         else:
-            _check_served_host(body, settings.allow_model_hosts)
+            _check_served_model(body, access)
         if (body.pack or "default") not in available_packs():
             raise ApiError(400, "unknown_pack", f"unknown pack; known: {', '.join(available_packs())}")
         if body.tools is not None:
@@ -641,9 +662,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--allow-origin", action="append", dest="allow_origins", metavar="ORIGIN",
                         help=f"exact Origin allowed to call the runner (repeatable; default {', '.join(DEFAULT_ORIGINS)})")
     parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR)
-    parser.add_argument("--allow-model-host", action="append", dest="allow_model_hosts", default=[], metavar="HOST",
-                        help="a served model's host (HOST or HOST:PORT) runs may use besides loopback, and the only "
-                             "hosts that get an API key from this process's environment (repeatable)")
+    parser.add_argument("--allow-model-host", action="append", dest="allow_model_hosts", default=[], metavar="ORIGIN",
+                        help="an origin a served model may live on besides loopback (repeatable): HOST, HOST:PORT or "
+                             "http(s)://HOST[:PORT], pinning scheme and port (without a scheme: https, or http for "
+                             "a loopback host; without a port: the scheme's)")
+    parser.add_argument("--model-key", action="append", dest="model_keys", default=[], metavar="KIND@ORIGIN=VARIABLE",
+                        help="send the key in this process's environment variable VARIABLE to provider KIND "
+                             "(openai_compatible or anthropic) at exactly ORIGIN, over https or to loopback; the origin "
+                             "is allowed too (repeatable; without one, OPENAI_API_KEY goes to https://api.openai.com "
+                             "and ANTHROPIC_API_KEY to https://api.anthropic.com when those are allowed)")
     parser.add_argument("--max-runs", type=int, default=200, help="finished runs kept on disk (oldest deleted)")
     parser.add_argument("--max-concurrent-served", type=int, default=4,
                         help="jobs on a served model that may run at once (in-process models: one at a time)")
@@ -662,9 +689,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     for origin in args.allow_origins or ():
         if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
             parser.error(f"--allow-origin must be scheme://host[:port] without a path: {origin!r}")
-    for host in args.allow_model_hosts:
-        if not re.fullmatch(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?", host):
-            parser.error(f"--allow-model-host must be HOST or HOST:PORT (no scheme, path or wildcard): {host!r}")
+    from .backends.served_access import parse_key_entry, parse_origin
+
+    for flag, entries, check in (("--allow-model-host", args.allow_model_hosts, parse_origin),
+                                 ("--model-key", args.model_keys, parse_key_entry)):
+        for entry in entries:
+            try:
+                check(entry)
+            except ValueError as exc:
+                parser.error(f"{flag}: {exc}")
     return args
 
 
@@ -676,7 +709,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     settings = RunnerSettings(host=args.host.lower(), port=args.port, runs_dir=args.runs_dir,
-                              allow_model_hosts=tuple(args.allow_model_hosts),
+                              allow_model_hosts=tuple(args.allow_model_hosts), model_keys=tuple(args.model_keys),
                               allow_origins=tuple(args.allow_origins or DEFAULT_ORIGINS), max_runs=args.max_runs,
                               max_concurrent_served=max(1, args.max_concurrent_served))
     script_file = os.environ.get(TEST_POLICY_ENV)
@@ -701,7 +734,8 @@ def main(argv: list[str] | None = None) -> None:
     shown = f"[{bind}]" if ":" in bind else bind
     print(f"ReAct Agent Local runner {__version__} on http://{shown}:{args.port} "
           f"(origins: {', '.join(settings.allow_origins)}; Python {platform.python_version()})", flush=True)
-    server = uvicorn.Server(server_config(app, bind, args.port, log_level=args.log_level, access_log=args.access_log))
+    server = uvicorn.Server(server_config(app, bind, args.port, write_seconds=settings.stream_send_seconds,
+                                          log_level=args.log_level, access_log=args.access_log))
     server.run()
     if not server.started:  # the port is taken, say; as uvicorn.run does
         sys.exit(3)

@@ -14,8 +14,11 @@ route) answers ``text/event-stream``, framed by sse-starlette:
 
 Slow or idle clients delay no one: the stream reads the job store without waiting on the worker,
 each send has ``send_seconds`` to complete (a client that stopped reading is cut off once its socket
-buffers fill), a stream lives at most ``max_seconds`` (then the browser resumes it), and at most
-``limit`` streams are open at once (one more gets ``429 too_many_streams``; polling still works).
+buffers fill), a client that accepts no byte of a heartbeat or an event within the connection's
+write deadline is disconnected (``connections.py``; small frames would never fill those buffers),
+a stream lives at most ``max_seconds`` (then the browser resumes it), and at most ``limit`` streams
+are open at once (one more gets ``429 too_many_streams``; polling still works). However a stream
+ends, its slot comes back.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The execution trace (R-TR): numbered events, a size cap, and the privacy rules.
 
 Every event has ``seq`` (monotonic from 1), ``type``, ``step``, ``attempt``, ``phase`` and
-``elapsed_ms`` plus its payload. Payloads pass through ``redact`` before they are stored: absolute
-paths and the user's name never reach a trace, an error or an export, and what is stored is always
-strict, UTF-8-encodable JSON (a NaN or a lone surrogate becomes a marker), so the job store can write
-every event and read it back. Raw model text never gets here at all -- the runtime only hands over
-its SHA-256.
+``elapsed_ms`` plus its payload. Payloads pass through ``redact`` before they are stored: the
+operator's secret values (``agent/secrets.py``), absolute paths and the user's name never reach a
+trace, an error or an export, and what is stored is always strict, UTF-8-encodable JSON (a NaN or a
+lone surrogate becomes a marker), so the job store can write every event and read it back. Raw
+model text never gets here at all -- the runtime only hands over its SHA-256.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable
+
+from .secrets import scrub
 
 MAX_EVENTS = 800
 HIDDEN_REASONING_KEYS = frozenset({"thought", "thoughts", "reasoning", "analysis", "chain_of_thought"})
@@ -89,8 +91,10 @@ _USER_NAMES = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in sorted(_USERS)
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every absolute path replaced by ``<path>`` and the user's name by ``<user>``."""
-    text = _PATHS.sub(_redact_path, text)
+    """``text`` with every secret value (or run of one) replaced by ``[redacted]``, every absolute
+    path by ``<path>`` and the user's name by ``<user>``. Secrets go first: a path or a name
+    replaced inside a key would split it into pieces too short to be recognised."""
+    text = _PATHS.sub(_redact_path, scrub(text))
     if _USER_NAMES is not None:
         text = _USER_NAMES.sub("<user>", text)
     return text

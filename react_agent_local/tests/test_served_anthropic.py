@@ -60,7 +60,8 @@ def test_guided_run_completes_with_tool_use_and_tool_result_blocks(tmp_path):
                    "input": ARGS["knowledge_search"]}
     assert result["type"] == "tool_result" and result["tool_use_id"] == use["id"] and "is_error" not in result
     assert last["messages"][-1]["content"][-1]["type"] == "text"
-    assert all(e["usage"] == {"input_tokens": 120, "output_tokens": 30, "cached_tokens": 0, "forced_tokens": 0, "drafted_tokens": 0}
+    assert all(e["usage"] == {"input_tokens": 120, "output_tokens": 30, "cached_tokens": 0, "forced_tokens": 0, "drafted_tokens": 0,
+                                 "restored_tokens": 0}
                for e in events(outcome, "model.completed"))
 
 

@@ -1,7 +1,8 @@
 """Served models open no new door into the machine (SECURITY 26): base URLs are loopback-only unless
-the operator allows a host, a request can neither carry a key nor choose an arbitrary variable to
-read, a key goes only to a host the operator named, redirects are not followed, and a key never
-appears in a trace, job.json, an error or a log -- even when the server echoes it back."""
+the operator allows an origin, a request can neither carry a key nor choose a variable to read, a key
+goes only to the provider and origin the operator pinned it to, redirects are not followed, and a key
+never appears in a trace, job.json, an error or a log -- even when the server echoes it back (more of
+that in test_secrets.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ from agent.contracts import OpenAICompatibleSpec, RunRequest
 from agent.server import policy_factory_for
 
 ORIGIN = {"Origin": "http://127.0.0.1:8017"}
+PINNED_KEY = "openai_compatible@127.0.0.1:8999=OPENAI_API_KEY"  # the fake server's origin gets OPENAI_API_KEY
+
+
+def pinned() -> ServedAccess:
+    """The operator's configuration pinning OPENAI_API_KEY (read now) to the fake server."""
+    return ServedAccess.of(keys=[PINNED_KEY])
 
 
 def served(base_url: str = BASE_URL, **extra) -> dict:
@@ -57,12 +64,13 @@ def test_loopback_hosts_are_allowed(url):
     assert endpoint.loopback and not endpoint.named
 
 
-def test_the_operator_allows_a_host_or_one_port_of_it():
-    assert ServedAccess.of(["gpu-box"]).endpoint("http://gpu-box:9000/v1").named
-    one_port = ServedAccess.of(["gpu-box:8000"])
+def test_the_operator_allows_an_origin_with_its_scheme_and_port():
+    assert ServedAccess.of(["gpu-box"]).endpoint("https://gpu-box/v1").named
+    one_port = ServedAccess.of(["http://gpu-box:8000"])
     assert one_port.endpoint("http://GPU-box:8000/v1").named
-    with pytest.raises(ServedModelError):
-        one_port.endpoint("http://gpu-box:9000/v1")
+    for other in ("http://gpu-box:9000/v1", "https://gpu-box:8000/v1", "http://gpu-box/v1"):
+        with pytest.raises(ServedModelError):
+            one_port.endpoint(other)
 
 
 @pytest.mark.parametrize("model", [
@@ -89,8 +97,8 @@ def test_the_runner_refuses_a_non_loopback_model_before_queueing(tmp_path):
     assert client.get("/agent/runs").json()["count"] == 0
     response = client.post("/models/inspect", json={"model": served("http://evil.example:8000/v1")}, headers=ORIGIN)
     assert response.status_code == 400 and response.json()["error"]["reason"] == "host_not_allowed"
-    allowed = make_client(tmp_path / "allowed", allow_model_hosts=("evil.example:8000",))
-    assert allowed.get("/status").json()["served_models"]["allowed_hosts"] == ["loopback", "evil.example:8000"]
+    allowed = make_client(tmp_path / "allowed", allow_model_hosts=("http://evil.example:8000",))
+    assert allowed.get("/status").json()["served_models"]["allowed_hosts"] == ["loopback", "http://evil.example:8000"]
     response = allowed.post("/agent/runs", json={"model": served("http://evil.example:8000/v1")}, headers=ORIGIN)
     assert response.status_code == 202 and response.json()["model"]["kind"] == "openai_compatible"
 
@@ -98,26 +106,27 @@ def test_the_runner_refuses_a_non_loopback_model_before_queueing(tmp_path):
 def test_the_default_policy_factory_checks_the_host_when_the_run_loads(monkeypatch):
     request = RunRequest.model_validate({"model": served("http://gpu-box:8000/v1")})
     with pytest.raises(ServedModelError) as info:
-        policy_factory_for(())(request)()
+        policy_factory_for()(request)()
     assert info.value.code == "host_not_allowed"
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    policy = policy_factory_for(("gpu-box:8000",))(request)()
+    policy = policy_factory_for(ServedAccess.of(["http://gpu-box:8000"]))(request)()
     assert policy.endpoint.named and policy.description.public()["host"] == "gpu-box:8000"
 
 
-def test_a_key_goes_only_to_a_host_the_operator_named(monkeypatch):
+def test_a_key_goes_only_to_the_origin_the_operator_pinned_it_to(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    server = FakeServer([openai_reply("calculator", {"expression": "2"}) for _ in range(2)])
-    openai_policy(server).propose(calculator_request())  # loopback, not named: no key
-    openai_policy(server, access=ServedAccess.of(["127.0.0.1:8999"])).propose(calculator_request())
-    assert server.headers[0]["authorization"] == "Bearer no-key"
-    assert server.headers[1]["authorization"] == f"Bearer {SECRET}"
+    server = FakeServer([openai_reply("calculator", {"expression": "2"}) for _ in range(3)])
+    openai_policy(server).propose(calculator_request())  # loopback, no key pinned: no key
+    openai_policy(server, access=ServedAccess.of(["127.0.0.1:8999"])).propose(calculator_request())  # allowed only
+    openai_policy(server, access=pinned()).propose(calculator_request())
+    assert [h["authorization"] for h in server.headers] == ["Bearer no-key", "Bearer no-key", f"Bearer {SECRET}"]
 
 
 def test_a_named_remote_host_without_a_key_fails_before_any_request(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ServedModelError) as info:
-        load_model(OpenAICompatibleSpec(**served("https://api.example.com/v1")), ServedAccess.of(["api.example.com"]))
+        load_model(OpenAICompatibleSpec(**served("https://api.example.com/v1")),
+                   ServedAccess.of(keys=["openai_compatible@api.example.com=OPENAI_API_KEY"]))
     assert info.value.code == "auth_failed" and "OPENAI_API_KEY is not set" in info.value.message
 
 
@@ -139,7 +148,7 @@ def test_a_key_the_server_echoes_back_never_leaves_the_process(tmp_path, monkeyp
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server = FakeServer([error_response(401, f"Incorrect API key provided: {SECRET}. Find your key at ...")])
-    client = _runner_with(server, tmp_path, ServedAccess.of(["127.0.0.1:8999"]))
+    client = _runner_with(server, tmp_path, pinned())
     run_id = client.post("/agent/runs", json={"model": served()}, headers=ORIGIN).json()["id"]
     view = wait_terminal(client, run_id)
     assert (view["status"], view["stop_reason"], view["error"]["code"]) == ("failed", "model_unavailable", "auth_failed")
@@ -154,7 +163,7 @@ def test_a_successful_served_run_keeps_no_key(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server = FakeServer(chain_server("openai"))
-    client = _runner_with(server, tmp_path, ServedAccess.of(["127.0.0.1:8999"]))
+    client = _runner_with(server, tmp_path, pinned())
     run_id = client.post("/agent/runs", json={"model": served(), "pack": "default"}, headers=ORIGIN).json()["id"]
     view = wait_terminal(client, run_id)
     assert view["status"] == "completed", view.get("error")

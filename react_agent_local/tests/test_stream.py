@@ -233,19 +233,21 @@ def test_follow_wakes_for_each_event_and_ends_after_run_finished(tmp_path):
 class LiveRunner:
     """The runner app under the runner's own uvicorn configuration, in a thread of this process."""
 
-    def __init__(self, tmp_path: Path, script: list[Any], read_seconds: float = 10.0, http: str = "auto",
-                 **overrides: Any):
+    def __init__(self, tmp_path: Path, script: list[Any] | None, read_seconds: float = 10.0, http: str = "auto",
+                 write_seconds: float = 10.0, **overrides: Any):
+        """``script`` None keeps the runner's own policy factory (a served model, say)."""
         import uvicorn
 
         self.port = free_port()
         settings = RunnerSettings(runs_dir=tmp_path / f"runs-{self.port}", port=self.port, **overrides)
-        settings.policy_factory = scripted_policy_factory(script)
-        settings.test_policy = True
+        if script is not None:
+            settings.policy_factory = scripted_policy_factory(script)
+            settings.test_policy = True
         self.settings = settings
         app = create_app(settings)
         self.store = app.state.store
         config = server_config(app, "127.0.0.1", self.port, read_seconds=read_seconds,
-                               http=http, log_level="warning")
+                               write_seconds=write_seconds, http=http, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.base_url = f"http://127.0.0.1:{self.port}"

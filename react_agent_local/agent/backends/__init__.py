@@ -326,9 +326,9 @@ def load_model(spec: Any, access: Any = None, **options: Any) -> Policy:
 
 def inspect_served(spec: Any, access: Any = None, *, transport: Any = None) -> dict[str, Any]:
     """Whether a served model can be used from here: the host allowed, the SDK installed, a key
-    where one is sent, and (OpenAI-compatible) the server answering ``GET /models`` within 5 s
+    where one is pinned, and (OpenAI-compatible) the server answering ``GET /models`` within 5 s
     and listing the model. Path-free and key-free like ``inspect_model``."""
-    from .served import ServedAccess, ServedModelError, api_key, base_url_of, classify
+    from .served import ServedAccess, ServedModelError, base_url_of, list_models
 
     kind = spec.kind
     sdk = {"openai_compatible": "openai", "anthropic": "anthropic"}[kind]
@@ -340,7 +340,8 @@ def inspect_served(spec: Any, access: Any = None, *, transport: Any = None) -> d
     try:
         endpoint = access.endpoint(base_url_of(spec))
         report["host"] = endpoint.netloc
-        report["key_sent"] = api_key(spec.api_key_env, endpoint) is not None
+        key = access.key_for(kind, endpoint)
+        report["key_sent"] = key is not None
     except ServedModelError as exc:
         report["code"] = exc.code
         problems.append(exc.message)
@@ -350,26 +351,17 @@ def inspect_served(spec: Any, access: Any = None, *, transport: Any = None) -> d
         report["code"] = "dependency_missing"
         return report
     if kind == "openai_compatible":
-        from .served import http_client
-        import httpx2
-
-        client = http_client(transport)
         try:
-            response = client.get(endpoint.base_url + "/models", timeout=httpx2.Timeout(5.0))
-            listed = [m.get("id") for m in (response.json().get("data") or []) if isinstance(m, dict)] \
-                if response.status_code == 200 else []
-            report["served"] = {"reachable": True, "status": response.status_code, "models": listed[:20]}
-            if response.status_code != 200:
-                problems.append(f"GET /models answered HTTP {response.status_code}")
+            status, listed = list_models(endpoint, key, transport)
+            report["served"] = {"reachable": True, "status": status, "models": listed[:20]}
+            if status != 200:
+                problems.append(f"GET /models answered HTTP {status}")
             elif listed and spec.model not in listed:
                 problems.append(f"the server does not list the model {spec.model!r} (it lists: {', '.join(map(str, listed[:5]))})")
-        except Exception as exc:  # noqa: BLE001 -- any failure is a refusal with its bucket
-            error = classify(exc)
+        except ServedModelError as error:  # any failure is a refusal with its bucket
             report["served"] = {"reachable": False}
             report["code"] = error.code
             problems.append(f"{endpoint.netloc}: {error.message}")
-        finally:
-            client.close()
     report["ok"] = not problems
     return report
 

@@ -76,8 +76,8 @@ class AnthropicPolicy(ServedPolicy):
                                             http_client=self._http, max_retries=0)
         return self._sdk
 
-    def _open(self, request: Any, conversation: Conversation, timeout: Any) -> Any:
-        return self._client().messages.create(**request_body(self.spec, request, conversation), timeout=timeout)
+    def _open(self, client: Any, request: Any, conversation: Conversation, timeout: Any) -> Any:
+        return client.messages.create(**request_body(self.spec, request, conversation), timeout=timeout)
 
     def _consume(self, stream: Any, reply: Reply, stop: Callable[[], str | None]) -> None:
         blocks: dict[int, ToolCall] = {}

@@ -193,12 +193,24 @@ def read_gguf_header(path: Path) -> dict[str, Any]:
                 for d in dims:
                     elements *= d
                 end_of_data = max(end_of_data, offset + elements // max(block, 1) * type_size)
-        alignment = int(meta.get("general.alignment", 32) or 32)
+        alignment = _alignment(meta.get("general.alignment", 32))
         data_start = (r.pos + alignment - 1) // alignment * alignment
     if data_start + end_of_data > size:
         raise _Corrupt("truncated (tensor data ends past the end of the file)")
     return {"version": version, "tensor_count": n_tensors, "kv_count": n_kv, "metadata": meta,
             "data_bytes": end_of_data}
+
+
+MAX_GGUF_ALIGNMENT = 1 << 20
+
+
+def _alignment(value: Any) -> int:
+    """``general.alignment``: a power of two, as llama.cpp requires; anything else -- a string, a
+    float, a bool, an array, zero, a huge number -- makes the file corrupt, not a bug of ours."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_GGUF_ALIGNMENT \
+            or value & (value - 1):
+        raise _Corrupt("general.alignment is not a power of two")
+    return value
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:

@@ -110,10 +110,10 @@ class OpenAICompatiblePolicy(ServedPolicy):
                                       http_client=self._http, max_retries=0)
         return self._sdk
 
-    def _open(self, request: Any, conversation: Conversation, timeout: Any) -> Any:
+    def _open(self, client: Any, request: Any, conversation: Conversation, timeout: Any) -> Any:
         body = request_body(self.spec, request, conversation)
         extra = {k: body.pop(k) for k in ("top_k",) if k in body}  # not in the SDK's signature
-        return self._client().chat.completions.create(**body, extra_body=extra or None, timeout=timeout)
+        return client.chat.completions.create(**body, extra_body=extra or None, timeout=timeout)
 
     def _consume(self, stream: Any, reply: Reply, stop: Callable[[], str | None]) -> None:
         calls: dict[int, ToolCall] = {}

@@ -20,12 +20,14 @@ Retries (seed 001): setting up a call is retried up to ``CONNECT_RETRIES`` times
 to ``STREAM_RETRIES`` times, but only while no output has arrived -- after that a failure ends the
 run. Cancel is checked before each call and at every chunk; each call runs in a worker thread, and
 the run's thread leaves it (closing its stream) the moment the run is cancelled or its deadline
-passes, even while it waits for headers or for a byte that does not come.
+passes, even while it waits for headers or for a byte that does not come; the left call's sockets
+are shut down, so its thread ends at once too.
 
-Where a served model may live (SECURITY 26): ``ServedAccess`` allows loopback hosts, and only the
-hosts its operator names (``--allow-model-host``) besides; a key is read from the runner's
-environment (the variable the spec names, ``*_API_KEY``) and sent only to a host the operator
-named. No redirect is followed and no proxy variable is read. Keys never appear in a message.
+Where a served model may live and which key it gets is the operator's configuration
+(``served_access.py``): loopback, plus the origins the operator allows, each pinning scheme and
+port; a key goes only to the provider and origin it is pinned to, over https (or to loopback). No
+redirect is followed and no proxy variable is read. What a server sends back is scrubbed of the
+operator's keys (``agent/secrets.py``) before the runtime, a tool or a message sees it.
 
 Exceptions: ``ServedModelError`` (a ``ModelUnavailable``) with its bucket as ``code``; the buckets
 and what is retried are in ``served_errors.py``.
@@ -33,16 +35,13 @@ and what is retried are in ``served_errors.py``.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
-import os
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
-from urllib.parse import urlsplit
 
 from ..model_policy import (
     Candidate,
@@ -50,7 +49,18 @@ from ..model_policy import (
     ModelDescription,
     ModelUnavailable,
 )
+from ..secrets import scrub, scrub_value
 from ..trace import path_hash, redact_text
+from .served_access import Endpoint, ServedAccess  # noqa: F401 -- part of this module's surface
+from .served_http import (  # noqa: F401 -- re-exported with the rest of this module's surface
+    CONNECT_SECONDS,
+    MAX_MODELS_BYTES,
+    MODELS_SECONDS,
+    STALL_SECONDS,
+    Sockets,
+    http_client,
+    list_models,
+)
 from .served_errors import (  # noqa: F401 -- re-exported: the buckets are part of this module's surface
     BUCKETS,
     RETRYABLE,
@@ -65,66 +75,10 @@ log = logging.getLogger(__name__)
 
 CONNECT_RETRIES = 3
 STREAM_RETRIES = 6
-STALL_SECONDS = 90.0  # a CPU server may take this long to read a long prompt before its first byte
-CONNECT_SECONDS = 10.0
 FINAL_TOOL = "final_answer"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 NO_KEY = "no-key"  # what the SDKs get when no key is sent (they refuse an empty one)
 MAX_TOOL_DESCRIPTION = 1024
-
-# --------------------------------------------------------------------------------------------
-# Where a served model may live, and who gets a key
-# --------------------------------------------------------------------------------------------
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name is never resolved here: 127.0.0.1.nip.io is not loopback
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    base_url: str
-    host: str  # lower-case host name or address (no brackets)
-    netloc: str  # host[:port] as written, lower-case
-    loopback: bool
-    named: bool  # the operator named this host: it may receive a key
-
-
-@dataclass(frozen=True)
-class ServedAccess:
-    """The served-model hosts this process may contact: loopback, plus ``allow_hosts`` (``host`` or
-    ``host:port``, as the operator wrote them with ``--allow-model-host``)."""
-
-    allow_hosts: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, hosts: Iterable[str] = ()) -> "ServedAccess":
-        return cls(frozenset(h.strip().lower().rstrip("/") for h in hosts if h and h.strip()))
-
-    def endpoint(self, base_url: str) -> Endpoint:
-        try:  # urllib raises ValueError for a malformed bracketed host ("http://[0]") or port
-            parts = urlsplit(base_url)
-            host = (parts.hostname or "").lower()
-            parts.port  # noqa: B018 -- validates the port
-        except ValueError:
-            raise ServedModelError("host_not_allowed", "the base URL is not a valid http(s) URL") from None
-        if parts.scheme not in ("http", "https") or not host or parts.username or parts.password \
-                or parts.query or parts.fragment:
-            raise ServedModelError("host_not_allowed", "the base URL must be http(s)://host[:port]/path")
-        netloc = parts.netloc.lower()
-        named = netloc in self.allow_hosts or host in self.allow_hosts or f"[{host}]" in self.allow_hosts
-        loopback = _is_loopback(host)
-        if not (loopback or named):
-            raise ServedModelError(
-                "host_not_allowed",
-                f"served models are loopback-only here; {netloc} is not an allowed host "
-                "(the runner's operator can allow it with --allow-model-host HOST)")
-        return Endpoint(base_url.rstrip("/"), host, netloc, loopback, named)
 
 
 def base_url_of(spec: Any) -> str:
@@ -134,24 +88,6 @@ def base_url_of(spec: Any) -> str:
 def public_hash(spec: Any) -> str:
     """The served model's public id (as ``path_hash`` is a local one's): base URL and model, hashed."""
     return path_hash(f"{base_url_of(spec)}#{spec.model}")
-
-
-def api_key(env_name: str, endpoint: Endpoint) -> str | None:
-    """The key from this process's environment, only for a host the operator named; else None."""
-    if not endpoint.named:
-        return None
-    key = os.environ.get(env_name, "").strip()
-    if not key and not endpoint.loopback:
-        raise ServedModelError("auth_failed", f"{env_name} is not set in the runner's environment")
-    return key or None
-
-
-def http_client(transport: Any = None) -> Any:
-    """The HTTP client the SDKs get: no redirects (the runner is no proxy), no proxy variables."""
-    import httpx2
-
-    return httpx2.Client(transport=transport, follow_redirects=False, trust_env=False,
-                         timeout=httpx2.Timeout(STALL_SECONDS, connect=CONNECT_SECONDS))
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,6 +288,17 @@ def _arguments(raw: Any) -> tuple[Any, int]:
     return raw, repairs
 
 
+def scrubbed(reply: Reply) -> Reply:
+    """The reply without the operator's keys: a server may echo the key it was sent into its text,
+    a tool's name or arguments, and nothing downstream (the runtime, a tool, a chart's title, the
+    answer, a message cut for display) may carry it."""
+    reply.text = scrub(reply.text)
+    for call in reply.calls:
+        call.name = scrub(call.name)
+        call.arguments = scrub(call.arguments) if isinstance(call.arguments, str) else scrub_value(call.arguments)
+    return reply
+
+
 def interpret(reply: Reply, names: dict[str, str]) -> tuple[dict[str, Any] | None, int, tuple[str, str] | None]:
     """(decision, protocol repairs, fault) of a complete reply."""
     repairs = 0
@@ -400,12 +347,15 @@ def _stop_reason(request: DecisionRequest) -> str | None:
 
 class _Call:
     """One streamed call in a worker thread, so that the run's thread can leave it the moment the
-    run is cancelled or its deadline passes: a socket read blocked in another thread cannot be
-    interrupted reliably (closing the socket does not wake it), so a left call is closed and
-    abandoned, and it ends on its own at its next byte or timeout."""
+    run is cancelled or its deadline passes. Closing a socket does not wake a read blocked on it in
+    another thread, so a left call's sockets are shut down (``Sockets``): its thread sees the end
+    of the stream and returns at once instead of at the server's next byte or the stall timeout."""
 
     def __init__(self, policy: "ServedPolicy", request: DecisionRequest, conversation: Conversation):
         self.policy, self.request, self.conversation = policy, request, conversation
+        # Taken here, on the run's thread: a call left before its thread got going must not open its
+        # connection on the fresh client that replaced this one.
+        self.client, self.sockets = policy._client(), policy._sockets
         self.reply = Reply(on_progress=request.on_progress)
         self.stream: Any = None
         self.opened = False
@@ -419,7 +369,8 @@ class _Call:
 
     def _run(self) -> None:
         try:
-            self.stream = self.policy._open(self.request, self.conversation, self.policy._timeout(self.request))
+            self.stream = self.policy._open(self.client, self.request, self.conversation,
+                                            self.policy._timeout(self.request))
             self.opened = True
             self.policy._consume(self.stream, self.reply, self._stop)
             if self.reply.finish is None:
@@ -443,8 +394,8 @@ class _Call:
             stop = _stop_reason(self.request)
             if stop:
                 self.abandoned = True
+                self.policy._abandon(self)
                 self.close()
-                self.policy._abandon()
                 return stop
         return None
 
@@ -457,7 +408,8 @@ def estimate_tokens(chars: int) -> int:
 class ServedPolicy:
     """Base of the served clients: the conversation, the retry loop and the Candidate.
 
-    A subclass names its ``protocol`` and implements ``_open`` (start one streamed call, raising
+    A subclass names its ``protocol`` and implements ``_client`` (its SDK's client over ``_http``),
+    ``_open`` (start one streamed call on that client, raising
     the SDK's errors) and ``_consume`` (feed the stream's events into a ``Reply``, checking the
     stop callback at every chunk). ``on_delta(kind, text)`` (kind "text" or "arguments") sees each
     piece of output as it arrives, for a live view; nothing else keeps raw model text.
@@ -472,13 +424,13 @@ class ServedPolicy:
         self.spec = spec
         self.access = access or ServedAccess()
         self.endpoint = self.access.endpoint(self._base_url())
-        self._secret = api_key(spec.api_key_env, self.endpoint)
+        self._secret = self.access.key_for(spec.kind, self.endpoint)
         self.stall_seconds = stall_seconds
         self.backoff_seconds = backoff_seconds
         self._wait = wait or (lambda seconds, cancel: cancel.wait(seconds))
         self.on_delta = on_delta
         self._transport = transport
-        self._http = http_client(transport)
+        self._http, self._sockets = http_client(transport)
         self._sdk: Any = None
         self._closed = False
         self._pending: list[tuple[str, dict[str, Any]]] = []  # actions proposed, awaiting their Observation
@@ -493,7 +445,10 @@ class ServedPolicy:
     def _base_url(self) -> str:
         return base_url_of(self.spec)
 
-    def _open(self, request: DecisionRequest, conversation: Conversation, timeout: Any) -> Any:
+    def _client(self) -> Any:
+        raise NotImplementedError
+
+    def _open(self, client: Any, request: DecisionRequest, conversation: Conversation, timeout: Any) -> Any:
         raise NotImplementedError
 
     def _consume(self, stream: Any, reply: Reply, stop: Callable[[], str | None]) -> None:
@@ -522,7 +477,8 @@ class ServedPolicy:
                      cached_tokens=reply.cached_tokens, latency_ms=latency)
         if reply.finish in ("cancelled", "deadline", "length"):
             return Candidate(text=reply.text, finish_reason=reply.finish, **usage)
-        decision, repairs, fault = interpret(reply, names)
+        decision, repairs, fault = interpret(scrubbed(reply), names)
+        decision = scrub_value(decision)  # a key written with JSON escapes shows only once decoded
         if decision is not None and decision["type"] == "action":
             self._pending.append((decision["tool"], decision["arguments"]))
         return Candidate(text=reply.text, decision=decision, protocol_repairs=repairs, fault=fault,
@@ -555,11 +511,8 @@ class ServedPolicy:
         self._pending.clear()
 
     def _public(self, error: ServedModelError) -> ServedModelError:
-        """The error as it may leave the process: no key, no path."""
-        message = error.message
-        if self._secret:
-            message = message.replace(self._secret, "[redacted]")
-        error.message = redact_text(message)[:400]
+        """The error as it may leave the process: no key (nor a run of one), no path; cut after."""
+        error.message = redact_text(error.message)[:400]
         error.args = (error.message,)
         return error
 
@@ -605,10 +558,13 @@ class ServedPolicy:
                 stream_failures += 1
             self._backoff(error, stream_failures if call.opened else connect_failures, request)
 
-    def _abandon(self) -> None:
-        """A left call keeps its client; later calls get a fresh one (closing the old ends its
-        connections as soon as the left thread touches them again)."""
-        http, self._http, self._sdk = self._http, http_client(self._transport), None
+    def _abandon(self, call: _Call) -> None:
+        """A left call's sockets are shut down (its thread returns now) and its client closed;
+        later calls get a fresh one."""
+        http = self._http
+        (self._http, self._sockets), self._sdk = http_client(self._transport), None
+        if call.sockets is not None:
+            call.sockets.shutdown()
         try:
             http.close()
         except Exception:  # noqa: BLE001 -- the left thread may be using it

@@ -20,7 +20,7 @@ Exceptions::
 
 A bug (TypeError, KeyError, ...) is no bucket: ``classify`` raises it again and the run ends with
 ``runtime_error``. Messages name the bucket and the HTTP status; the server's own message rides
-along (the policy redacts keys and paths from it).
+along, without keys or paths (redacted before it is cut).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import time
 from typing import Any, Literal
 
 from ..model_policy import ModelUnavailable
+from ..trace import redact_text
 
 MAX_RETRY_AFTER = 60.0
 
@@ -133,8 +134,8 @@ def classify(exc: BaseException) -> ServedModelError:
     """Any failure of one call (SDK exception, transport error, cut stream) as a bucketed error.
 
     Duck-typed over both SDKs: status errors carry ``status_code``, ``response`` and ``body``.
-    The message names the bucket and the HTTP status; the server's own message rides along (the
-    caller redacts it).
+    The message names the bucket and the HTTP status; the server's own message rides along,
+    redacted and then cut to 200 characters.
     """
     if isinstance(exc, ServedModelError):
         return exc
@@ -194,5 +195,6 @@ _WHAT = {
 
 def _describe(code: str, status: int | None, server: str) -> str:
     text = f"{code}: {_WHAT.get(code, code)}" + (f" (HTTP {status})" if status else "")
-    server = " ".join(str(server).split())[:200]
+    # Redacted before the cut: a key cut in half would no longer be recognised as one.
+    server = redact_text(" ".join(str(server).split()))[:200]
     return text + (f": {server}" if server else "")

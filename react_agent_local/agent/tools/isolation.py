@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ..secrets import without_secrets
 from .base import Tool, ToolContext, ToolError
 
 _KILL_GRACE_SECONDS = 0.2
@@ -93,7 +94,9 @@ class ToolWorker:
         to_child_r, to_child_w = os.pipe()
         to_parent_r, to_parent_w = os.pipe()
         # The child imports what the parent can: the same interpreter and the same sys.path.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+        # No credential reaches a tool's process: a tool that echoes its environment cannot leak a key.
+        env = {**without_secrets(os.environ),
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
         try:
             process = subprocess.Popen(
                 [sys.executable, "-c",
