@@ -1,0 +1,44 @@
+"""A risk grade and what a run's approval policy does with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Level = Literal["read_only", "workspace_write", "network", "privilege", "destructive", "unknown"]
+# The order in which grades combine: a script is as risky as its riskiest part. unknown sits above
+# network because an unprovable construct may hide anything, below privilege and destructive because
+# those are known to be bad and say more.
+SEVERITY: dict[str, int] = {"read_only": 0, "workspace_write": 1, "network": 2, "unknown": 3, "privilege": 4,
+                            "destructive": 5}
+
+
+@dataclass(frozen=True)
+class RiskGrade:
+    level: Level
+    """The most severe level of any part of the script (``SEVERITY`` orders them)."""
+    reason: str
+    """One line a learner can read: which command or construct, and why."""
+    commands: tuple[str, ...]
+    """The command names found, wrappers and nested scripts included, in order."""
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """A run's approval rules: ``never_ask`` runs read-only and workspace writes and refuses the rest
+    (nobody is there to ask); ``ask_on_risk`` runs those two and asks for the rest; ``always_ask`` asks
+    for everything. A command named in ``deny`` (anywhere in the script) is always refused."""
+
+    mode: Literal["never_ask", "ask_on_risk", "always_ask"] = "ask_on_risk"
+    deny: tuple[str, ...] = ()
+
+
+def decide(grade: RiskGrade, policy: ApprovalPolicy) -> Literal["run", "ask", "refuse"]:
+    """What to do with a graded command under a run's policy (the deny list wins over every mode)."""
+    if any(name in policy.deny for name in grade.commands):
+        return "refuse"
+    if policy.mode == "always_ask":
+        return "ask"
+    if grade.level in ("read_only", "workspace_write"):
+        return "run"
+    return "refuse" if policy.mode == "never_ask" else "ask"
