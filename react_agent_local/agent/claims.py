@@ -1,17 +1,24 @@
-"""The Final's claims, checked against the evidence before the Final is accepted (SPEC R-CLAIM).
+"""The Final's claims, checked against the evidence before the Final is accepted.
 
-Three kinds of claim are read from the answer text and checked, using only the cited successful
-Observations (and the goal the user wrote) -- never the ground truth:
+Three kinds of claim are read from the answer text (``numbers.py`` reads numbers and comparisons in
+any script) and checked, using only the cited successful Observations (and the goal the user wrote)
+-- never the ground truth:
 
-* **numbers** -- every number the answer states appears in, or was computed by, a cited Observation
-  (a number written with decimals may be a rounding of an observed one; integers up to 10 and
-  numbers the goal itself states are exempt, since prose counts things);
-* **comparisons** -- every ``X >= Y`` (also ``≥ > <= ≤ < ==``) it states is arithmetically true, and
-  where it says ``is True``/``is False`` that word is right;
+* **numbers** -- every number the answer states is grounded (``numbers.grounded``) by a number a cited
+  Observation holds or computed, a value of a declared check, or a number the goal states: exactly,
+  rounded to the decimals it is written with (``78.13`` for 78.125, ``818.9万`` for 8189137), or
+  rounded to a whole number of its unit only where the goal or the guide asks for rounding
+  (``81695`` for 81695.19 "to the nearest whole dollar"); a percentage may be its fraction
+  (``31.22%`` for 0.3122). Plain integers up to 10 are exempt, since prose counts things;
+* **comparisons** -- every ``X >= Y`` (also ``≥ > <= ≤ < == !=``, arithmetic on either side) it
+  states is arithmetically true, and where it claims a truth (``is True``, ``为False``, ``成立``) that
+  claim is right;
 * **checks and verdict** -- where the pack (or the tool whose result the answer is about) declares the
   checks a verdict needs (``CheckSpec``: ``left op right`` over the evidence), a stated comparison
-  against a check's threshold must use that check's value, and the stated verdict must be the
-  positive one exactly when every check holds.
+  against a check's threshold (``x op threshold``, or written the other way round, ``70 <= 72``, or
+  as its complement, ``62 < 65``) must state that check's value -- and not a rounding of it that
+  crosses the threshold (``77 >= 77`` for 76.67) -- and the stated verdict must be the positive one
+  exactly when every check holds.
 
 An operand of a check is a number or a reference to the evidence: ``TOOL.path`` names a field of the
 latest successful Observation of TOOL (``calculator.value``, ``lookup_fact.value``, ``TOOL.data.field``),
@@ -23,66 +30,28 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 from .contracts import AnswerGuide, CheckSpec, Observation
+from .numbers import Comparison, asks_rounding, compare, grounded, numbers_in, read_comparisons, read_numbers
 
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_NUMBER = r"-?\d+(?:\.\d+)?"
-_NUMBER_IN_TEXT = re.compile(rf"(?<![\w.\-]){_NUMBER}(?![\d])")
-_OPS = {">=": ">=", "≥": ">=", "=>": ">=", ">": ">", "<=": "<=", "≤": "<=", "=<": "<=", "<": "<", "==": "==", "=": "=="}
-_COMPARISON = re.compile(
-    rf"(?<![\w.\-])({_NUMBER})\s*(>=|≥|=>|<=|≤|=<|==|>|<|=)\s*({_NUMBER})(?![\d.])"
-    r"(?:\s*(?:is|为|是|:|：|->|→)?\s*(True|False|true|false|TRUE|FALSE|成立|不成立))?")
-_TRUE_WORDS = {"true", "成立"}
 _FUNCTION = re.compile(r"^(min|max|mean|sum|count)\((.+)\)$")
 _MATCHES = re.compile(r"^matches\(([^,()]+),([^,()]+)\)$")
 SMALL_INTEGER = 10
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-
-
-def compare(left: float, op: str, right: float) -> bool:
-    if op == "==":
-        return _close(left, right)
-    if op == ">=":
-        return left > right or _close(left, right)
-    if op == "<=":
-        return left < right or _close(left, right)
-    if op == ">":
-        return left > right and not _close(left, right)
-    return left < right and not _close(left, right)
-
-
 # -- the evidence --------------------------------------------------------------------------------
-
-
-def _walk_numbers(value: Any, out: list[float]) -> None:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, (int, float)):
-        if math.isfinite(value):
-            out.append(float(value))
-    elif isinstance(value, str):
-        out.extend(float(m) for m in _NUMBER_IN_TEXT.findall(_THOUSANDS.sub("", value[:20_000])))
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _walk_numbers(k, out)
-            _walk_numbers(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _walk_numbers(v, out)
 
 
 def evidence_numbers(observations: Iterable[Observation]) -> list[float]:
     """Every number in the results of these Observations (values, and numbers written in text)."""
-    out: list[float] = []
-    for obs in observations:
-        if obs.ok:
-            _walk_numbers(obs.result, out)
-    return out
+    return [n.value for obs in observations if obs.ok for n in numbers_in(obs.result)]
+
+
+def evidence_readings(observations: Iterable[Observation]) -> list[float]:
+    """What the numbers of these Observations may stand for: as written, a percentage as its
+    fraction, ``8.19万`` as 81900 and as 8.19 (``numbers.Number.readings``)."""
+    return [r for obs in observations if obs.ok for n in numbers_in(obs.result) for r in n.readings()]
 
 
 def number_forms(values: Iterable[float]) -> tuple[str, ...]:
@@ -176,101 +145,103 @@ def fmt(value: float | None) -> str:
 
 # -- the answer ----------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class StatedComparison:
-    left: float
-    op: str
-    right: float
-    claimed: bool | None  # the "is True/False" the answer wrote, if any
-    text: str
-    left_decimals: int = 0
-
-    def states(self, value: float) -> bool:
-        """Is the left side ``value`` as written (``105.33`` for 105.3333…)?"""
-        return _grounded(self.left, self.left_decimals, [value])
+StatedComparison = Comparison  # the name the runtime's callers know
 
 
 def stated_numbers(answer: str) -> list[tuple[float, int]]:
     """(value, decimals written) of each number in the answer."""
-    out = []
-    for m in _NUMBER_IN_TEXT.finditer(_THOUSANDS.sub("", answer)):
-        token = m.group(0)
-        out.append((float(token), len(token.partition(".")[2])))
-    return out
+    return [(n.value, n.decimals) for n in read_numbers(answer)]
 
 
-def stated_comparisons(answer: str) -> list[StatedComparison]:
-    out = []
-    for m in _COMPARISON.finditer(_THOUSANDS.sub("", answer)):
-        word = m.group(4)
-        claimed = None if word is None else word.lower() in _TRUE_WORDS
-        out.append(StatedComparison(float(m.group(1)), _OPS[m.group(2)], float(m.group(3)), claimed, m.group(0),
-                                    len(m.group(1).partition(".")[2])))
-    return out
+def stated_comparisons(answer: str) -> list[Comparison]:
+    return read_comparisons(answer)
 
 
-def _grounded(value: float, decimals: int, observed: list[float]) -> bool:
-    tolerance = 0.5 * 10 ** -decimals + 1e-9 if decimals else 1e-9
-    return any(abs(v - value) <= tolerance for v in observed)
-
-
-def _phrase_in(answer: str, phrases: list[str]) -> bool:
+def _phrase_in(answer: str, phrases: list[str], patterns: bool) -> bool:
+    if patterns:
+        return any(re.search(p, answer, re.IGNORECASE) for p in phrases)
     lowered = answer.casefold()
     return any(p.casefold() in lowered for p in phrases)
 
 
-def stated_verdict(answer: str, positive: list[str], negative: list[str]) -> bool | None:
-    """True/False for the positive/negative phrase (negative first: it often contains the positive)."""
-    if _phrase_in(answer, negative):
+def stated_verdict(answer: str, positive: list[str], negative: list[str], *, patterns: bool = False) -> bool | None:
+    """True/False for the positive/negative phrase (negative first: it often contains the positive);
+    None when the answer states neither. ``patterns``: the phrases are regular expressions."""
+    if _phrase_in(answer, negative, patterns):
         return False
-    if _phrase_in(answer, positive):
+    if _phrase_in(answer, positive, patterns):
         return True
     return None
 
 
-def check_claims(answer: str, evidence: list[Observation], goal: str, guide: AnswerGuide | None,
-                 checks: list[ResolvedCheck]) -> list[str]:
-    """Problems with the answer's claims, each naming the false claim; empty when every claim holds."""
-    problems: list[str] = []
-    observed = evidence_numbers(evidence) + [c.left for c in checks if c.left is not None] \
+ProblemKind = Literal["number", "comparison", "check_missing", "check_value", "verdict", "no_verdict"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One false claim: what kind, and the feedback that names it."""
+
+    kind: ProblemKind
+    text: str
+
+
+def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: AnswerGuide | None,
+                   checks: list[ResolvedCheck]) -> list[Problem]:
+    """Every false claim of the answer, in the order of the module docstring."""
+    problems: list[Problem] = []
+    observed = evidence_readings(evidence) + [c.left for c in checks if c.left is not None] \
         + [c.right for c in checks if c.right is not None]
-    goal_numbers = [v for v, _ in stated_numbers(goal)]
-    for value, decimals in stated_numbers(answer):
-        if decimals == 0 and value.is_integer() and abs(value) <= SMALL_INTEGER:
+    goal_numbers = [r for n in read_numbers(goal) for r in n.readings()]
+    whole = asks_rounding(" ".join([goal, *(guide.hints if guide else []), (guide.answer_form or "") if guide else ""]))
+    ungrounded: set[float] = set()
+    for number in read_numbers(answer):
+        if number.plain_integer and abs(number.value) <= SMALL_INTEGER or number.value in ungrounded:
             continue
-        if not _grounded(value, decimals, observed) and not _grounded(value, decimals, goal_numbers):
-            problems.append(f"the number {fmt(value)} appears in no cited observation")
+        if not grounded(number, observed + goal_numbers, whole=whole):
+            ungrounded.add(number.value)
+            problems.append(Problem("number", f"the number {number.text} appears in no cited observation"))
     comparisons = stated_comparisons(answer)
     for c in comparisons:
-        truth = compare(c.left, c.op, c.right)
-        if c.claimed is None and not truth:
-            problems.append(f"'{c.text}' is false")
-        elif c.claimed is not None and c.claimed != truth:
-            problems.append(f"'{c.text}' is wrong: {fmt(c.left)} {c.op} {fmt(c.right)} is {truth}")
+        if c.false:
+            problems.append(Problem("comparison", f"'{c.text}' is false" if c.claimed is None else
+                                    f"'{c.text}' is wrong: {fmt(c.left)} {c.op} {fmt(c.right)} is {c.truth}"))
     for check in checks:
         if not check.known:
             continue
-        against = [c for c in comparisons if _close(c.right, check.right) and c.op == check.op]
+        name = f" ({check.right_label})" if check.right_label else ""
+        against = [(c, read) for c in comparisons if (read := c.against(check.op, check.right)) is not None]
         if not against and comparisons:
             # The answer states checks but not this one: a verdict over one check only (or the same
             # comparison twice, "lowest 79 >= 79" copied from the average's) is not the reasoning.
-            name = f" ({check.right_label})" if check.right_label else ""
-            problems.append(f"the answer does not state the {check.label} check: {fmt(check.left)} "
-                            f"{check.op} {fmt(check.right)}{name}")
-        elif against and not any(c.states(check.left) for c in against):
-            name = f" ({check.right_label})" if check.right_label else ""
-            problems.append(f"'{against[0].text}' compares the wrong value with {fmt(check.right)}{name}: "
-                            f"the {check.label} is {fmt(check.left)}")
+            problems.append(Problem("check_missing", f"the answer does not state the {check.label} check: "
+                                    f"{fmt(check.left)} {check.op} {fmt(check.right)}{name}"))
+            continue
+        stating = [(c, negated) for c, (side, negated) in against if side.states(check.left, whole)]
+        if against and not stating:
+            problems.append(Problem("check_value", f"'{against[0][0].text}' compares the wrong value with "
+                                    f"{fmt(check.right)}{name}: the {check.label} is {fmt(check.left)}"))
+        for c, negated in stating:
+            # A rounding that crosses the threshold states another outcome than the check's.
+            if (c.truth != negated) != check.holds:
+                problems.append(Problem("check_value", f"'{c.text}' rounds the {check.label} {fmt(check.left)} "
+                                        f"across {fmt(check.right)}: {check.text()} is {check.holds}"))
+                break
     verdict = guide.verdict if guide else None
     if verdict is not None and checks and all(c.known for c in checks):
         said = stated_verdict(answer, verdict.positive, verdict.negative)
         should = all(c.holds for c in checks)
         if said is None:
-            problems.append(f"the answer states no verdict; write '{verdict.positive[0]}' or '{verdict.negative[0]}'")
+            problems.append(Problem("no_verdict", f"the answer states no verdict; write '{verdict.positive[0]}' "
+                                    f"or '{verdict.negative[0]}'"))
         elif said != should:
             failing = [c.text() for c in checks if not c.holds]
             why = ("; ".join(f"{t} is False" for t in failing) if failing
                    else "every check holds: " + "; ".join(f"{c.text()} is True" for c in checks))
-            problems.append(f"the verdict contradicts the checks ({why})")
-    return problems[:5]
+            problems.append(Problem("verdict", f"the verdict contradicts the checks ({why})"))
+    return problems
+
+
+def check_claims(answer: str, evidence: list[Observation], goal: str, guide: AnswerGuide | None,
+                 checks: list[ResolvedCheck]) -> list[str]:
+    """Problems with the answer's claims, each naming the false claim; empty when every claim holds."""
+    return [p.text for p in claim_problems(answer, evidence, goal, guide, checks)][:5]

@@ -436,9 +436,11 @@ def test_final_citing_a_stale_observation(tmp_path):
 
 def test_causal_order_violated_completes_but_fails_task_success(tmp_path):
     actions, answer = free_chain()
-    reordered = [actions[1], actions[0], actions[2]]  # calculator before knowledge_search
+    # The chart before the calculator (a calculator before the search would compute with values
+    # nothing observed yet, and is refused before it runs: test_operands.py).
+    reordered = [actions[0], actions[2], actions[1]]
     final = json.dumps({"type": "final", "answer": answer,
-                        "evidence_ids": ["obs-calculator-1", "obs-knowledge_search-2", "obs-plot-3"]})
+                        "evidence_ids": ["obs-knowledge_search-1", "obs-plot-2", "obs-calculator-3"]})
     outcome, _ = run_scripted(reordered + [final], tmp_path, mode="free")
     m = outcome.result.metrics
     assert outcome.result.stop_reason == "completed" and m.termination_correctness is True

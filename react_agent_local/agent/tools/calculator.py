@@ -182,6 +182,13 @@ def _eval(node: ast.AST, source: str) -> Fraction:
     raise _invalid(f"{type(node).__name__} is not allowed")  # unreachable after _parse
 
 
+def parse(expression: str) -> tuple[ast.Expression, str]:
+    """The syntax tree of ``expression`` after every check ``evaluate`` makes before evaluating,
+    and the source its nodes' positions point into; ToolError as ``evaluate`` raises it."""
+    source = _check_text(expression).strip()
+    return _parse(source), source
+
+
 def evaluate(expression: str) -> int | float:
     """Evaluate ``expression`` exactly; int when the result is integral, else the nearest float."""
     source = _check_text(expression).strip()
