@@ -92,6 +92,11 @@ def format_event(e: dict[str, Any]) -> str | None:
     if t == "mcp.tools.pinned":
         return "MCP tools pinned: " + ", ".join(f"{tool['name']} (sha256 {tool['sha256'][:12]})"
                                                 for server in e["servers"] for tool in server["tools"])
+    if t == "workspace.ready":
+        return (f"workspace: {e['files']} files, sandbox {e['sandbox']}"
+                + (f", tests {e['test_command']}" if e.get("test_command") else ""))
+    if t == "approval.decided":
+        return head + f"bash graded {e['level']} ({_short(e['reason'], 80)}): {e['decision']} ({e['by']})"
     if t == "run.finished":
         return f"run finished: {e['status']}/{e['stop_reason']}" + (f" ({e['error']['message']})" if e.get("error") else "")
     return None
@@ -152,6 +157,11 @@ def served_spec(args: argparse.Namespace) -> OpenAICompatibleSpec | AnthropicSpe
     elif kind == "openai_compatible":
         raise ValueError("an OpenAI-compatible model needs --base-url (e.g. http://127.0.0.1:8080/v1)")
     if args.api_key_env:
+        from .backends.served import ANTHROPIC_BASE_URL
+
+        origin = _origin_of(base_url or ANTHROPIC_BASE_URL)
+        if origin.scheme != "https" and not origin.loopback:
+            raise ValueError(f"--api-key-env: a key is sent over https only (or to a loopback host), not to {origin}")
         data["api_key_env"] = args.api_key_env
     if args.strict_tools:
         data["strict_tools"] = True
@@ -175,6 +185,31 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+
+
+def add_workspace_arguments(parser: argparse.ArgumentParser, *, directory: bool = True) -> None:
+    """The workspace flags of ``run`` (and, without ``--workspace``, of ``eval``): the operator's choices."""
+    if directory:
+        parser.add_argument("--workspace", default=None, metavar="DIR",
+                            help="the folder the workspace tools work in (default: a fresh copy of the pack's "
+                                 "repository template in the run's folder)")
+    parser.add_argument("--approval", default="ask_on_risk", choices=["never_ask", "ask_on_risk", "always_ask"],
+                        help="when a bash command needs the operator's yes (a y/N prompt on a terminal; "
+                             "without one, or in eval, asking means refused)")
+    parser.add_argument("--unsandboxed", action="store_true",
+                        help="run workspace commands on the host when no sandbox can start (the operator's "
+                             "explicit opt-out; never available to a request)")
+
+
+def workspace_options(args: argparse.Namespace, approver: Any) -> Any:
+    """``workspace.WorkspaceOptions`` from the workspace flags."""
+    from .shell_risk import ApprovalPolicy
+    from .workspace import WorkspaceOptions
+
+    directory = getattr(args, "workspace", None)
+    return WorkspaceOptions(directory=Path(directory).expanduser() if directory else None,
+                            approval=ApprovalPolicy(mode=args.approval), approver=approver,
+                            allow_unsandboxed=bool(args.unsandboxed))
 
 
 class ModelChoiceError(ValueError):
@@ -201,13 +236,34 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
         raise ModelChoiceError(f"--model: {exc}") from None
 
 
-def load_spec(spec: ModelSpec) -> Any:
-    """Load the model a terminal command named: the host on its command line is allowed (and gets the key)."""
-    from .backends import load_model
-    from .backends.served import ServedAccess, base_url_of
+def served_access(spec: ModelSpec) -> Any:
+    """What a terminal command may reach: the origin on its command line, which gets the key of
+    ``--api-key-env`` (default OPENAI_API_KEY / ANTHROPIC_API_KEY) -- over https, or to loopback.
+    The one typing is the operator; a plain-http remote origin is reached without a key
+    (``served_spec`` refuses ``--api-key-env`` for one)."""
+    from .backends.served import base_url_of
+    from .backends.served_access import ServedAccess
 
-    hosts = [] if spec.kind == "local" else [urlsplit(base_url_of(spec)).netloc]
-    return load_model(spec, ServedAccess.of(hosts))
+    if spec.kind == "local":
+        return ServedAccess()
+    origin = _origin_of(base_url_of(spec))
+    if origin.scheme != "https" and not origin.loopback:
+        return ServedAccess.of([str(origin)])
+    return ServedAccess.of([str(origin)], [f"{spec.kind}@{origin}={spec.api_key_env}"])
+
+
+def _origin_of(base_url: str) -> Any:
+    from .backends.served_access import parse_origin
+
+    parts = urlsplit(base_url)
+    return parse_origin(f"{parts.scheme}://{parts.netloc}")
+
+
+def load_spec(spec: ModelSpec) -> Any:
+    """Load the model a terminal command named: the origin on its command line is allowed (and gets the key)."""
+    from .backends import load_model
+
+    return load_model(spec, served_access(spec))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -254,6 +310,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                   " Nothing was run.", file=sys.stderr)
             return 2
 
+    from .tools import WORKSPACE_TOOLS
+
+    if args.workspace is not None and not WORKSPACE_TOOLS & set(pack.task.tool_names):
+        print(f"error: --workspace: pack '{pack.name}' uses no workspace tools. Nothing was run.", file=sys.stderr)
+        return 2
+    from .approvals import terminal_approver
+
+    workspace = workspace_options(args, terminal_approver())
     run_id = "cli-" + secrets.token_hex(6)
     artifact_dir = Path(args.runs_dir) / run_id / "artifacts"
 
@@ -264,7 +328,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(line, flush=True)
 
     outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
-                        allowed_tools=allowed)
+                        allowed_tools=allowed, workspace=workspace)
     result = outcome.result
     if not write_events(Path(args.runs_dir) / run_id, outcome.events):
         print("note: the trace could not be saved", file=sys.stderr)
@@ -359,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the trace")
     run.add_argument("--mcp", action="append", default=[], metavar="NAME=COMMAND",
                      help="an MCP server whose tools (NAME.tool) join the run; replaces the pack's server NAME")
+    add_workspace_arguments(run)
     run.set_defaults(func=cmd_run)
     explain = sub.add_parser("explain", help="the local model explains a finished run (its words, not facts)")
     explain.add_argument("run_id", metavar="RUN_ID")

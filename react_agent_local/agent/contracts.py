@@ -255,6 +255,44 @@ class McpServerSpec(BaseModel):
                     "successful call covers, e.g. {\"lookup_fact\": \"fact\"} (see TaskSpec.subgoals).")
 
 
+def _relative_path(value: str) -> str:
+    """A workspace-relative path: not absolute, no ``..``, no NUL or backslash."""
+    if (not value or len(value) > 300 or value.startswith(("/", "~")) or "\x00" in value or "\\" in value
+            or ".." in value.split("/")):
+        raise ValueError("must be a relative path inside the pack or workspace, without '..'")
+    return value
+
+
+class WorkspaceSpec(BaseModel):
+    """A pack's workspace (see ``agent/workspace.py``): the repository each run works in, what must
+    not change, and the command whose passing run is the evidence a Final needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    template: str | None = Field(
+        default="workspace",
+        description="Folder of the pack copied into a fresh workspace for each run (unless the operator "
+                    "names one with --workspace); null: the operator must name one.")
+    protected: list[str] = Field(
+        default_factory=list, max_length=64,
+        description="Workspace-relative files or folders the run must not change (the tests): the file "
+                    "tools refuse them, the sandbox mounts them read-only, the Final gate checks them.")
+    test_command: str = Field(
+        min_length=1, max_length=400,
+        description="The command that proves the task done: a Final is accepted only after a run of exactly "
+                    "this command exited 0 on the current files, later than the last change.")
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return None if value is None else _relative_path(value)
+
+    @field_validator("protected")
+    @classmethod
+    def _protected(cls, value: list[str]) -> list[str]:
+        return [_relative_path(v) for v in value]
+
+
 class TaskSpec(BaseModel):
     """``task.json`` of a task pack: everything task-specific, as data (R-PACK)."""
 
@@ -282,6 +320,8 @@ class TaskSpec(BaseModel):
                                       description="Per tool (or 'final'), the Decision Summary wording.")
     mcp_servers: list[McpServerSpec] = Field(default_factory=list, max_length=8,
                                              description="MCP servers whose tools join the run's registry.")
+    workspace: WorkspaceSpec | None = Field(
+        default=None, description="The repository the workspace tools work in (fix-the-failing-test packs).")
 
     @property
     def tool_names(self) -> list[str]:

@@ -5,9 +5,14 @@ run has ended: nothing here reaches a prompt or a tool.
 Task Success is the conjunction of the pack's grading ``checks``, each of a generic type:
 ``final_accepted``; ``tool_result`` (a successful result of ``tool`` ``equals`` a value at ``path``
 or ``includes`` these keys); ``causal_order`` (the first correct results of these tools came in this
-order); ``answer_numbers`` (the answer states these numbers); ``answer_verdict`` (the answer's verdict,
-by the pack's positive/negative patterns, is the expected one); ``answer_comparisons`` (every
-comparison the answer states is true, and none compares the wrong value with a listed threshold).
+order); ``answer_numbers`` (the answer states these numbers, by value whatever the format: ``8,189,137``,
+``818.9137万`` and ``8 189 137`` all state 8189137, within the check's ``tolerance`` if it has one);
+``answer_verdict`` (the answer's verdict, by the pack's positive/negative patterns, is the expected
+one); ``answer_comparisons`` (every comparison the answer states is true, and none compares the wrong
+value with a listed threshold; answers are read as the claim gate reads them, ``numbers.py``);
+``workspace_tests`` (after the run, the check's ``command`` passes in the sandbox on a copy of the
+final files with the pack's ``hidden`` tests laid over them, and the protected files are unchanged:
+``workspace_grading.py``).
 
 A zero denominator gives ``None`` (shown as N/A), never 0.
 """
@@ -15,12 +20,12 @@ A zero denominator gives ``None`` (shown as N/A), never 0.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .claims import compare, stated_comparisons
+from .claims import stated_comparisons, stated_verdict
 from .contracts import FinalDecision, Metrics, Observation, Usage
+from .numbers import close, read_numbers
 from .packs import PackError
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ class RunRecord:
     final_step: int | None = None
     usage: Usage = field(default_factory=Usage)
     total_ms: float = 0.0
+    workspace: Any = None  # the run's workspace.Workspace, for a workspace_tests check
 
 
 def _close(a: Any, b: Any, tol: float = 1e-6) -> bool:
@@ -86,31 +92,38 @@ def result_matches(check: dict[str, Any], result: dict[str, Any]) -> bool:
     return isinstance(got, dict) and all(k in got and _matches(got[k], v, tol) for k, v in want.items())
 
 
-def _mentions(answer: str, token: Any) -> bool:
-    # "79" must appear as a number, not inside "179" or "7.9".
-    return re.search(rf"(?<![\d.]){re.escape(str(token))}(?![\d]|\.\d)", answer) is not None
+def states_number(answer: str, want: Any, tolerance: float | None = None) -> bool:
+    """Does the answer state ``want`` (a number, or one written as text: ``"0.3122"``, ``"8,189,137"``)
+    by value? A percentage matches by its fraction too (``31.22%`` states 0.3122); ``tolerance`` is
+    absolute, and without it the values must agree to 1e-9."""
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        targets = [float(want)]
+    else:
+        written = read_numbers(str(want))
+        if not written:
+            return str(want) in answer
+        targets = written[0].values()
+
+    def near(a: float, b: float) -> bool:
+        return abs(a - b) <= tolerance if tolerance is not None else close(a, b)
+
+    return any(near(s, t) for number in read_numbers(answer) for s in number.values() for t in targets)
 
 
 def answer_verdict(answer: str, positive: list[str], negative: list[str]) -> bool | None:
     """True (positive), False (negative) or None (no verdict stated); negative patterns first."""
-    if any(re.search(p, answer, re.IGNORECASE) for p in negative):
-        return False
-    if any(re.search(p, answer, re.IGNORECASE) for p in positive):
-        return True
-    return None
+    return stated_verdict(answer, positive, negative, patterns=True)
 
 
 def comparisons_right(answer: str, comparisons: list[list[Any]]) -> bool:
     """Every comparison the answer states is true, and one stated against a listed threshold uses
     the listed value (``79 >= 70`` is true but wrong when the check is ``72 >= 70``)."""
     stated = stated_comparisons(answer)
-    for c in stated:
-        truth = compare(c.left, c.op, c.right)
-        if (c.claimed is None and not truth) or (c.claimed is not None and c.claimed != truth):
-            return False
+    if any(c.false for c in stated):
+        return False
     for left, op, right in comparisons:
-        against = [c for c in stated if _close(c.right, right) and c.op == op]
-        if against and not any(c.states(float(left)) for c in against):
+        against = [read[0] for c in stated if (read := c.against(op, float(right))) is not None]
+        if against and not any(side.states(float(left)) for side in against):
             return False
     return True
 
@@ -159,12 +172,17 @@ def task_success_checks(record: RunRecord, expected: dict[str, Any], final: Fina
             positions = [tool_done.get(t) for t in check.get("tools", [])]
             out[name] = all(p is not None for p in positions) and positions == sorted(positions)
         elif kind == "answer_numbers":
-            out[name] = bool(final) and all(_mentions(answer, n) for n in check.get("numbers", []))
+            tolerance = float(check["tolerance"]) if "tolerance" in check else None
+            out[name] = bool(final) and all(states_number(answer, n, tolerance) for n in check.get("numbers", []))
         elif kind == "answer_verdict":
             said = answer_verdict(answer, check.get("positive", []), check.get("negative", []))
             out[name] = bool(final) and said == (check.get("expected") == "positive")
         elif kind == "answer_comparisons":
             out[name] = bool(final) and comparisons_right(answer, check.get("comparisons", []))
+        elif kind == "workspace_tests":
+            from .workspace_grading import grade_workspace
+
+            out[name] = record.workspace is not None and grade_workspace(check, record.workspace).passed
         else:
             raise PackError(f"unknown grading check type '{kind}'")
     return out

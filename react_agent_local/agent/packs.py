@@ -1,4 +1,5 @@
-"""Task packs: a folder with ``task.json``, ``knowledge/*.md`` and ``data/expected.json``.
+"""Task packs: a folder with ``task.json``, ``knowledge/*.md`` and ``data/expected.json`` (a
+workspace pack has its repository template, ``workspace/`` by default, instead of ``knowledge/``).
 
 The package root is the default pack. The runtime reads ``task.json`` and hands the knowledge folder
 to the tools; ``expected.json`` is read only by ``metrics.py`` after the run (never by a prompt or
@@ -89,8 +90,11 @@ class TaskPack:
             raise PackError(f"pack '{name}': task.json not found") from None
         except ValueError as exc:
             raise PackError(f"pack '{name}': task.json is invalid: {exc}") from None
-        if not (root / "knowledge").is_dir():
+        workspace = task.workspace
+        if workspace is None and not (root / "knowledge").is_dir():
             raise PackError(f"pack '{name}': knowledge/ folder not found")
+        if workspace is not None and workspace.template and not (root / workspace.template).is_dir():
+            raise PackError(f"pack '{name}': its workspace template {workspace.template}/ is not a folder")
         return cls(name=name, root=root, task=task)
 
 

@@ -38,12 +38,16 @@ from .contracts import (
 from .decisions import DecisionError, parse_decision
 from .metrics import RunRecord, compute_metrics
 from .model_policy import Candidate, DecisionRequest, ModelUnavailable, Policy
+from .operands import check_operands
 from .packs import TaskPack, goal_language, item_key
 from .prompting import INVALID_TURN, VISIBLE_OBSERVATIONS, Branch, PromptState, guide_check_lines, model_turn
-from .tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError, registry_for
+from .tools import WORKSPACE_TOOLS, ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError, registry_for
 from .tools.isolation import SUPPORTED as ISOLATION_SUPPORTED
 from .tools.isolation import load_tool, worker
 from .trace import Trace, sha256_text
+from .workspace import WorkspaceOptions, WorkspaceUnavailable
+from .workspace import bind as bind_workspace
+from .workspace_evidence import action_state, final_problems, next_step
 
 PolicySource = Policy | Callable[[], Policy]
 PROGRESS_SECONDS = 1.0  # at most one model.progress event per call and second
@@ -101,8 +105,9 @@ class Run:
     def __init__(self, pack: TaskPack, policy: PolicySource, budgets: Budgets, *, artifact_dir: Path,
                  cancel: threading.Event | None, sink: Callable[[dict[str, Any]], None] | None,
                  tools: ToolRegistry | None, mode: str | None, sampling: Sampling | None = None,
-                 allowed_tools: Iterable[str] | None = None):
+                 allowed_tools: Iterable[str] | None = None, workspace: WorkspaceOptions | None = None):
         self.pack = pack
+        self.workspace_options = workspace
         self.policy_source = policy
         self.policy: Policy | None = None
         self.budgets = budgets
@@ -207,6 +212,15 @@ class Run:
             raise _Stop("runtime_error", ToolErrorInfo(
                 code="pack_invalid", message=(f"pack '{self.pack.name}' needs tools the run does not have: "
                                               + ", ".join(missing) + offered)[:300]))
+        if WORKSPACE_TOOLS & set(self.tools.names):  # their workspace and sandbox, or no run at all
+            try:
+                self.ctx = bind_workspace(self.ctx, task, self.pack.root, self.workspace_options,
+                                          self.ctx.artifact_dir.parent, deadline=self.deadline,
+                                          emit=lambda kind, **data: self.trace.emit(kind, "tool", self.step, **data))
+            except WorkspaceUnavailable as exc:
+                raise _Stop("runtime_error", ToolErrorInfo(code=exc.code, message=exc.message[:300])) from None
+            self.record.workspace = self.ctx.workspace
+            self.trace.emit("workspace.ready", "tool", sandbox=self.ctx.sandbox.kind, **self.ctx.workspace.describe())
 
     # -- model ------------------------------------------------------------------------------
 
@@ -331,6 +345,7 @@ class Run:
                 problems.append(f"evidence_ids must cite the latest successful {what} observation {obs_id}")
         for tool, check, _ in self._failing_expectations():
             problems.append(f"the latest {tool} result {_falls_short(check)}")
+        problems += final_problems(self.pack.task, self.observations, self.ctx.workspace, decision.evidence_ids)
         claims: list[str] = []
         if not problems:
             guide = self._guide()
@@ -425,6 +440,7 @@ class Run:
         """The argument contract (R-RT-4): valid arguments, or None after a rejected Observation."""
         try:
             arguments = self.tools.validate(decision.tool, decision.arguments)
+            check_operands(decision.tool, arguments, self.observations, self.pack.task)  # no invented inputs
         except ArgumentError as error:
             self._reject(decision, error)
             return None
@@ -433,7 +449,7 @@ class Run:
         return arguments
 
     def _guard_repeated_action(self, tool: str, normalized: dict[str, Any]) -> None:
-        signature = canonical({"tool": tool, "arguments": normalized})
+        signature = canonical({"tool": tool, "arguments": normalized, **action_state(tool, self.ctx.workspace)})
         self.guards.valid_actions[signature] += 1
         if self.guards.valid_actions[signature] >= self.budgets.repeated_action_limit:
             # The repeated valid action is not dispatched again.
@@ -657,7 +673,13 @@ class Run:
             return Branch("free", tool=missing[0], target=missing[1], evidence_ids=citable, answer_form=form,
                           numbers=numbers, language=self.language,
                           summary="Free mode: the model chooses the next tool or the final answer.")
-        for tool in task.required_tools:
+        # A workspace task's reads, changes and test runs follow its evidence (workspace_evidence.py),
+        # not the fixed order below; when it has nothing left to do, the Final comes next.
+        step = next_step(task, self.observations, self.ctx.workspace) if task.workspace is not None else None
+        if step is not None:
+            return Branch("action", tool=step.tool, target=step.target, narrowed=step.narrowed, drafts=step.drafts,
+                          summary=self._action_summary(step.tool))
+        for tool in (task.required_tools if task.workspace is None else ()):
             items = task.subgoals.get(tool)
             if items:
                 covered = self._covered(tool)
@@ -776,9 +798,11 @@ def _isolatable(tool: Any) -> bool:
 def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = None, *, artifact_dir: Path,
               cancel: threading.Event | None = None, sink: Callable[[dict[str, Any]], None] | None = None,
               tools: ToolRegistry | None = None, mode: str | None = None,
-              sampling: Sampling | None = None, allowed_tools: Iterable[str] | None = None) -> RunOutcome:
+              sampling: Sampling | None = None, allowed_tools: Iterable[str] | None = None,
+              workspace: WorkspaceOptions | None = None) -> RunOutcome:
     """Run one task to a terminal state. ``policy`` may be a loaded Policy or a loader callable.
-    ``allowed_tools`` narrows the pack's tools (MCP ones included); it never adds any."""
+    ``allowed_tools`` narrows the pack's tools (MCP ones included); it never adds any. ``workspace``
+    is the operator's choice for the workspace tools (``workspace.WorkspaceOptions``)."""
     run = Run(pack, policy, budgets or Budgets(), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
-              tools=tools, mode=mode, sampling=sampling, allowed_tools=allowed_tools)
+              tools=tools, mode=mode, sampling=sampling, allowed_tools=allowed_tools, workspace=workspace)
     return run.execute()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agent.contracts import Budgets
 from agent.packs import load_pack
-from agent.tools import ToolContext, ToolRegistry, catalog
+from agent.tools import WORKSPACE_TOOLS, ToolContext, ToolRegistry, catalog
 from agent.tools.isolation import worker
 from isolation_tools import SPIN, SpinArgs
 from runtime_helpers import events_of, run_scripted
@@ -105,5 +105,6 @@ def test_the_package_tools_run_in_the_worker(tmp_path):
     assert outcome.result.metrics.task_success is True
     assert worker().pid not in (None, os.getpid())
     assert set(catalog().names) >= {"knowledge_search", "calculator", "plot", "lookup_fact"}
-    assert all(t.import_path for t in catalog())
+    # The workspace tools' work already happens in a sandboxed process that a timeout or cancel kills.
+    assert all(t.import_path for t in catalog() if t.name not in WORKSPACE_TOOLS)
     assert not [p for p in (tmp_path / "artifacts").iterdir() if p.name.startswith(".attempt-")]

@@ -2,6 +2,11 @@
 
     python -m agent eval --model PATH|openai:BASE_URL#NAME|anthropic:NAME --packs DIR|NAME|generated:N --runs K [--seed S]
                          [--temperature T] [--top-p P] [--top-k K] [--mode guided|free] [--out DIR]
+                         [--approval never_ask|ask_on_risk|always_ask] [--unsandboxed]
+
+``--packs generated:fixtest:N`` generates N fix-the-failing-test packs (``agent/families``); their runs
+work in a fresh copy of each pack's repository, in the sandbox. Nobody answers an approval during
+an eval: a command the policy would ask about is refused (the pack's own test command runs).
 
 Operator mistakes (bad flag values, no model, unknown packs) are one ``error:`` line and exit 2,
 before anything is loaded or written. The model is loaded once through ``backends.load_model``
@@ -26,10 +31,11 @@ from ..packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_model_arguments
+    from ..cli import add_model_arguments, add_workspace_arguments
 
     parser.add_argument("--packs", required=True,
-                        help="a pack folder, a folder of pack folders, a pack name, or generated:N")
+                        help="a pack folder, a folder of pack folders, a pack name, generated:N or generated:FAMILY:N "
+                             "(e.g. generated:fixtest:40)")
     parser.add_argument("--runs", type=int, default=1, help="runs per pack (seeds S, S+1, ...)")
     parser.add_argument("--seed", type=int, default=0, help="first sampling seed; also seeds generated:N")
     add_model_arguments(parser)
@@ -40,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-seconds", type=float, default=None, help="deadline of each run")
     parser.add_argument("--out", default=None, help="report folder (default .runs/eval/<timestamp>/ in a checkout)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_workspace_arguments(parser, directory=False)
 
 
 def _refuse(message: str) -> int:
@@ -89,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, spec: Any, packs: list | None) -> int:
-    from ..cli import load_spec
+    from ..cli import load_spec, workspace_options
     from ..model_policy import ModelUnavailable
     from .report import build_report, to_markdown, write_chart
     from .suite import resolve_packs, run_suite
@@ -114,7 +121,8 @@ def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, spec: Any, 
     try:
         with (out / "runs.jsonl").open("w", encoding="utf-8") as log:
             run_suite(packs, lambda pack, k: policy, budgets, sampling=sampling, runs=args.runs, seed=args.seed,
-                      artifact_root=out / "artifacts", mode=args.mode, progress=not args.no_progress, on_run=record)
+                      artifact_root=out / "artifacts", mode=args.mode, progress=not args.no_progress, on_run=record,
+                      workspace=workspace_options(args, approver=None))
     except KeyboardInterrupt:
         interrupted = True
         print(f"\ninterrupted after {len(runs)} run(s); reporting those", file=sys.stderr)

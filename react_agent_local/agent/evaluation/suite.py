@@ -5,6 +5,10 @@
 drives it. The policy comes from ``policy_for(pack, k)``: the eval command returns one resident
 model for every call; tests return a fresh scripted policy per run. Each run becomes an
 ``EvalRun``: the runtime's own metrics and checks, the independent grade, and its wall time.
+
+``generated:N`` is the release-rule family of the knowledge tool; ``generated:FAMILY:N`` a family of
+``agent/families`` (``generated:fixtest:N``). A pack with a workspace gets a fresh copy of its
+template in its run's folder (``run-k/workspace``), which its family's grader reads afterwards.
 """
 
 from __future__ import annotations
@@ -12,16 +16,19 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..contracts import Budgets, Sampling
+from ..families import FAMILIES, generator
+from ..families import grade_run as grade_family_run
 from ..packs import PackError, TaskPack, load_pack
 from ..runtime import PolicySource, run_agent
 from ..tools.record_grading import grade_run, verdict_case
 from ..tools.record_packs import generate_packs
 from ..trace import write_events
+from ..workspace import WorkspaceOptions
 
 GENERATED = "generated:"
 
@@ -54,13 +61,17 @@ class EvalRun:
 
 
 def parse_generated(spec: str) -> int | None:
-    """``generated:N`` -> N; any other spec -> None. Raises PackError for a bad N."""
+    """``generated:N`` or ``generated:FAMILY:N`` -> N; any other spec -> None. Raises PackError for a
+    bad N or an unknown family."""
     if not spec.startswith(GENERATED):
         return None
+    family, _, count = spec[len(GENERATED):].rpartition(":")
+    if family and generator(family) is None:
+        raise PackError(f"--packs {spec}: unknown family '{family}'; known: {', '.join(FAMILIES)}")
     try:
-        n = int(spec[len(GENERATED):])
+        n = int(count)
     except ValueError:
-        raise PackError(f"--packs {spec}: expected generated:N with N a whole number") from None
+        raise PackError(f"--packs {spec}: expected generated:N or generated:FAMILY:N with N a whole number") from None
     if not 1 <= n <= 1000:
         raise PackError(f"--packs {spec}: N must be between 1 and 1000")
     return n
@@ -87,7 +98,9 @@ def resolve_packs(spec: str, out_dir: Path, seed: int) -> list[TaskPack]:
     n = parse_generated(spec)
     if n is None:
         return find_packs(spec)
-    return [TaskPack.load(root) for root in generate_packs(out_dir / "packs", n, seed)]
+    family = spec[len(GENERATED):].rpartition(":")[0]
+    generate = generator(family) if family else generate_packs
+    return [TaskPack.load(root) for root in generate(out_dir / "packs", n, seed)]
 
 
 def _progress(total: int, enabled: bool):
@@ -96,11 +109,15 @@ def _progress(total: int, enabled: bool):
 
 
 def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, artifact_dir: Path,
-            mode: str | None = None, sampling: Sampling | None = None) -> EvalRun:
+            mode: str | None = None, sampling: Sampling | None = None,
+            workspace: WorkspaceOptions | None = None) -> EvalRun:
     expected = pack.load_expected()
     sampling = sampling or Sampling()
+    if pack.task.workspace is not None:  # a fresh copy of the template in this run's folder
+        workspace = replace(workspace or WorkspaceOptions(), directory=None, parent=artifact_dir)
     started = time.perf_counter()
-    outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode, sampling=sampling)
+    outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode, sampling=sampling,
+                        workspace=workspace)
     seconds = time.perf_counter() - started
     write_events(artifact_dir, outcome.events)  # for reading a failure afterwards; the report does not need it
     result = outcome.result
@@ -109,14 +126,24 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
     return EvalRun(
         pack=pack.name, run=k, seed=sampling.seed if sampling.seed is not None else k, status=result.status,
         stop_reason=result.stop_reason, task_success=metrics.get("task_success"), checks=checks, metrics=metrics,
-        seconds=round(seconds, 3), independent_failures=grade_run(expected, result), case=verdict_case(expected),
+        seconds=round(seconds, 3), independent_failures=_independent(pack, expected, result, artifact_dir),
+        case=verdict_case(expected) or expected.get("case"),
         answer=result.final.answer if result.final else None,
         error=f"{result.error.code}: {result.error.message}"[:300] if result.error else None)
 
 
+def _independent(pack: TaskPack, expected: dict[str, Any], result: Any, artifact_dir: Path) -> list[str] | None:
+    """The independent grade: the record family's grader, else the grader of the pack's family."""
+    failures = grade_run(expected, result)
+    if failures is None:
+        failures = grade_family_run(pack, artifact_dir / "workspace", result)
+    return failures
+
+
 def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], PolicySource], budgets: Budgets,
               *, runs: int, seed: int, artifact_root: Path, mode: str | None = None, sampling: Sampling | None = None,
-              progress: bool = True, on_run: Callable[[EvalRun], None] | None = None) -> list[EvalRun]:
+              progress: bool = True, on_run: Callable[[EvalRun], None] | None = None,
+              workspace: WorkspaceOptions | None = None) -> list[EvalRun]:
     """Every pack ``runs`` times; run k uses seed ``seed + k``. Returns the runs in order."""
     results: list[EvalRun] = []
     passed = 0
@@ -125,7 +152,8 @@ def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], Polic
             for k in range(runs):
                 run_sampling = (sampling or Sampling()).model_copy(update={"seed": seed + k})
                 record = run_one(pack, policy_for(pack, k), budgets, k,
-                                 artifact_root / pack.name / f"run-{k}", mode=mode, sampling=run_sampling)
+                                 artifact_root / pack.name / f"run-{k}", mode=mode, sampling=run_sampling,
+                                 workspace=workspace)
                 results.append(record)
                 passed += bool(record.task_success)
                 bar.set_postfix_str(f"{pack.name} {'PASS' if record.task_success else 'FAIL'} · {passed}/{len(results)}")

@@ -66,11 +66,26 @@ class ArgumentError(Exception):
 
 @dataclass
 class ToolContext:
-    """What a tool may touch: the pack's folder (knowledge, facts) and this run's artifact folder."""
+    """What a tool may touch: the pack's folder (knowledge, facts) and this run's artifact folder;
+    for the workspace tools also the run's workspace, its sandbox and who approves a risky command
+    (``workspace.bind`` fills them; a run without workspace tools leaves them None)."""
 
     knowledge_dir: Path
     artifact_dir: Path
     pack_dir: Path | None = None
+    #: ``workspace.Workspace``: the one folder the workspace tools may touch
+    workspace: Any = None
+    #: the sandbox opened for the workspace (``agent.sandbox``); every command and file operation runs in it
+    sandbox: Any = None
+    #: ``shell_risk.ApprovalPolicy`` of the run
+    approval: Any = None
+    #: the operator's answer to an ``approvals.ApprovalRequest``; None: every ask is refused
+    approver: Callable[[Any], bool] | None = None
+    approval_seconds: float = 60.0
+    #: the run's deadline (time.monotonic()): a command never outlives it
+    deadline: float | None = None
+    #: ``emit(type, **payload)`` adds an event to the run's trace (e.g. an approval decision)
+    emit: Callable[..., None] | None = None
 
 
 def _default_render(result: dict[str, Any]) -> str:

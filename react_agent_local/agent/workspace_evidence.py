@@ -1,0 +1,269 @@
+"""The evidence a workspace task's Final needs, and what guided mode asks for next.
+
+A workspace task (``task.json`` ``workspace``) is done when its test command passes on the files as
+they are now. So a Final is accepted only when
+
+    - a bash Observation ran exactly the test command (``workspace.test_command``) and exited 0,
+    - no successful change (``edit_file``, ``write_file``) came after that run,
+    - the files are still the ones that run tested (the digest the bash tool took before running it
+      equals the workspace's digest now: a change made any other way shows up here too),
+    - the protected files (the tests) equal their baseline from the start of the run, and
+    - the Final cites that passing run.
+
+Otherwise ``final_problems`` names what is missing in words the model can act on ("run the tests
+after your last edit", "the tests failed: ..."). ``next_step`` is the same reading of the evidence
+turned into guided mode's next action: the files the task declares to read (``subgoals.read_file``,
+whole, by their declared path), a test run (first to see what fails, then after each change), a
+change after a failing run, else the Final. A change's arguments are narrowed to what can apply:
+the path to the files read that the task lets change, and for ``edit_file`` the old text to one of
+their code lines that occurs exactly once, so the model chooses which line and writes its fix,
+and never loses a step to an ``old`` that is not in the file.
+
+Pure functions of (task, Observations, workspace); the runtime calls them from its evidence gate and
+its guided branch.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .contracts import Observation, TaskSpec
+from .packs import item_key
+from .tools.shell import normalized_command
+
+CHANGE_TOOLS = ("edit_file", "write_file")
+MAX_LINE_CHOICES = 300
+MAX_CHOICE_CHARS = 300
+#: a guided edit's new text: room for a few lines, never a runaway to the token limit (the 0.5B's
+#: re-asked edits ran on, digit by digit, until they were cut off at 256 tokens), and no indentation of its own --
+#: old is a line without its indentation, which the file keeps (the 0.5B re-indented its new line
+#: by 2, 5 or 10 spaces and broke the file more often than not)
+MAX_NEW_CHARS = 160
+# (llguidance drops maxLength beside a pattern, so the pattern bounds the length itself)
+NEW_SCHEMA = {"type": "string", "maxLength": MAX_NEW_CHARS, "pattern": rf"^\S[\s\S]{{0,{MAX_NEW_CHARS - 1}}}$"}
+# What says most about a failed run, best first: an exception with its message, pytest's one-line
+# summary of a failed test, an assertion, any error line.
+_FAILURE_LINES = (re.compile(r"^E\s+(\w+(?:Error|Exception)\b.*)"), re.compile(r"^FAILED \S+ - (.+)"),
+                  re.compile(r"^E\s+(assert .+)"), re.compile(r"^(\w+(?:Error|Exception)\b.*)"))
+
+
+@dataclass(frozen=True)
+class Step:
+    """Guided mode's next action: the tool, what it is still missing, how its arguments are narrowed."""
+
+    tool: str
+    target: str
+    narrowed: tuple[tuple[str, Any], ...] = ()
+    drafts: tuple[str, ...] = ()
+
+
+def _test_runs(task: TaskSpec, observations: list[Observation]) -> list[tuple[int, Observation]]:
+    wanted = normalized_command(task.workspace.test_command)
+    return [(i, o) for i, o in enumerate(observations)
+            if o.ok and o.tool == "bash" and normalized_command(str((o.result or {}).get("command", ""))) == wanted]
+
+
+def _last_change(observations: list[Observation]) -> tuple[int, Observation] | None:
+    changes = [(i, o) for i, o in enumerate(observations) if o.ok and o.tool in CHANGE_TOOLS]
+    return changes[-1] if changes else None
+
+
+def passed(run: Observation) -> bool:
+    result = run.result or {}
+    return result.get("exit_code") == 0 and not result.get("timed_out") and not result.get("cancelled")
+
+
+def failure_summary(run: Observation, limit: int = 200) -> str:
+    """The line of a failed run that says most about why (pytest's ``E``/``FAILED`` lines, an error)."""
+    result = run.result or {}
+    if result.get("timed_out"):
+        return f"timed out after {result.get('timeout_s')} s"
+    lines = [line.strip() for stream in ("stdout", "stderr") for line in str(result.get(stream) or "").splitlines()]
+    lines = [line for line in lines if line and not line.startswith("[...")]
+    found = (m.group(1) for pattern in _FAILURE_LINES for line in lines if (m := pattern.match(line)))
+    picked = next(found, lines[-1] if lines else "no output")
+    return f"exit {result.get('exit_code')}: {picked}"[:limit]
+
+
+def final_problems(task: TaskSpec, observations: list[Observation], workspace: Any,
+                   evidence_ids: Iterable[str]) -> list[str]:
+    """Why a Final of a workspace task is premature; empty when the evidence holds (or the task has no workspace)."""
+    if task.workspace is None or workspace is None:
+        return []
+    command = task.workspace.test_command
+    runs = _test_runs(task, observations)
+    if not runs:
+        return [f"no run of the tests yet: run `{command}` with bash and finish only when it passes"]
+    index, run = runs[-1]
+    change = _last_change(observations)
+    if change is not None and change[0] > index:
+        return [f"{change[1].id} changed the files after the last test run {run.id}: "
+                f"run the tests (`{command}`) again after your last edit"]
+    if not passed(run):
+        return [f"the tests failed in {run.id} ({failure_summary(run)}): fix the code, then run the tests again"]
+    problems = []
+    if (run.result or {}).get("files_digest") != workspace.digest():
+        problems.append(f"the files changed since the test run {run.id}: run the tests (`{command}`) again")
+    changed = workspace.protected_changes()
+    if changed:
+        problems.append(f"the task's tests were changed ({', '.join(changed[:3])}); they must stay as they were")
+    if run.id not in set(evidence_ids):
+        problems.append(f"evidence_ids must cite the passing test run {run.id}")
+    return problems
+
+
+def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -> Step | None:
+    """The next action of a guided workspace task; None: the Final."""
+    if task.workspace is None or workspace is None:
+        return None
+    unread = _unread(task, observations)
+    if unread is not None:
+        # The whole file, by the path the task declares: the 0.5B added line ranges of its own and
+        # re-read the test with a moving start_line until the tool budget ran out.
+        return Step("read_file", unread, narrowed=(("path", {"const": unread}), ("start_line", {"const": 1}),
+                                                     ("end_line", {"const": None})))
+    change_tool = next((t for t in task.required_tools if t in CHANGE_TOOLS), None)
+    runs = _test_runs(task, observations)
+    change = _last_change(observations)
+    last_run = runs[-1] if runs else None
+    files = _changeable_files(task, observations, workspace)
+    tested = (last_run is not None and (change is None or last_run[0] > change[0])
+              and (last_run[1].result or {}).get("files_digest") == workspace.digest())
+    if not tested:
+        # Before the first change too: the failure names the function and the wrong value (the 0.5B,
+        # asked to edit straight after reading, chose a def line and rewrote the function blind).
+        return Step("bash", "a run of the tests after the last change" if change else "a run of the tests to see what fails",
+                    narrowed=(("command", {"const": task.workspace.test_command}),))
+    if not passed(last_run[1]) and change_tool is not None:
+        return _change_step(change_tool, files, workspace,
+                            f"a fix that makes the tests pass ({last_run[1].id} {failure_summary(last_run[1])})")
+    return None
+
+
+def _unread(task: TaskSpec, observations: list[Observation]) -> str | None:
+    """The first file the task declares to read (``subgoals.read_file``) with no successful read yet."""
+    read = {item_key(str((o.result or {}).get("path"))) for o in observations if o.ok and o.tool == "read_file"}
+    return next((item for item in task.subgoals.get("read_file", []) if item_key(item) not in read), None)
+
+
+def _changeable_files(task: TaskSpec, observations: list[Observation], workspace: Any) -> list[str]:
+    """Files the model read (else the ones the task declares to read) that the task lets change."""
+    read = [str((o.result or {}).get("path")) for o in observations if o.ok and o.tool == "read_file"]
+    declared = list(task.subgoals.get("read_file", []))
+    files = [p for p in dict.fromkeys(read + declared) if p and not workspace.is_protected(p)]
+    return files
+
+
+def _change_step(tool: str, files: list[str], workspace: Any, target: str) -> Step:
+    if not files:
+        return Step(tool, target)
+    path = {"const": files[0]} if len(files) == 1 else {"enum": files}
+    texts = [(f, workspace.read_text(f)) for f in files]
+    drafts = tuple(json.dumps(text, ensure_ascii=False)[1:-1] for _, text in texts if text)
+    if tool != "edit_file":
+        return Step(tool, target, narrowed=(("path", path),), drafts=drafts)
+    choices = unique_lines((f, text) for f, text in texts if text)
+    if not choices:
+        return Step(tool, target, narrowed=(("path", path), ("new", NEW_SCHEMA)), drafts=drafts)
+    # new may be no line that old may be: an edit that changes nothing is no fix (the 0.5B copied
+    # the line it chose into new, three times, until the loop guard)
+    new = {**NEW_SCHEMA, "pattern": differs_from(choices, MAX_NEW_CHARS)}
+    return Step(tool, target, narrowed=(("path", path), ("old", {"enum": choices}), ("new", new)), drafts=drafts)
+
+
+def unique_lines(files: Iterable[tuple[str, str]]) -> list[str]:
+    """The lines an ``old`` may be, without their indentation: each occurs exactly once in its file,
+    and in a Python file that parses it is code -- a statement in a function or an assignment at the
+    top -- not a ``def``, an import, a docstring or a comment (the 0.5B chose the ``def`` line of the
+    broken function and rewrote the function on it). Every non-blank line where the file does not parse."""
+    choices: list[str] = []
+    for path, text in files:
+        lines = text.splitlines()
+        code = _code_lines(text) if path.endswith(".py") else None
+        for number, line in enumerate(lines, start=1):
+            line = line.strip()
+            if code is not None and number not in code:
+                continue
+            if line and len(line) <= MAX_CHOICE_CHARS and text.count(line) == 1 and line not in choices:
+                choices.append(line)
+                if len(choices) >= MAX_LINE_CHOICES:
+                    return choices
+    return choices
+
+
+_META = set("\\.+*?()|[]{}^$#&-~")
+
+
+def _literal(text: str) -> str:
+    return "".join("\\" + c if c in _META else c for c in text)
+
+
+def differs_from(lines: list[str], limit: int) -> str:
+    """A regular expression for a string that starts with a non-space, is at most about ``limit``
+    characters long and equals none of ``lines`` (but those with a quote or backslash): the complement of a finite set, written along the
+    trie of ``lines`` (a string either ends early, leaves the trie at some character, or goes on
+    past the end of a line), so its size grows with the lines' length, not its square."""
+    trie: dict[str, Any] = {}
+    # llguidance lets a JSON escape (\" or \\) through any character class, so a line holding a
+    # quote or a backslash cannot be excluded this way (edit_file still refuses old == new)
+    for line in (line for line in lines if '"' not in line and "\\" not in line):
+        node = trie
+        for c in line:
+            node = node.setdefault(c, {})
+        node[""] = {}  # the end of a line
+
+    tail = f"[\\s\\S]{{0,{limit - 1}}}"
+
+    def branch(node: dict[str, Any], root: bool) -> str:
+        children = [c for c in node if c]
+        options = []
+        if not root and "" not in node:
+            options.append("")  # ends early: a proper prefix of a line
+        others = "".join(_literal(c) for c in children)
+        if root:
+            options.append(f"[^\\s{others}]{tail}")
+        else:
+            options.append((f"[^{others}]" if others else "[\\s\\S]") + tail)
+        options += [_literal(c) + branch(node[c], False) for c in children]
+        return "(?:" + "|".join(options) + ")"
+
+    return "^" + branch(trie, True) + "$"
+
+
+def _code_lines(text: str) -> set[int] | None:
+    """Line numbers of the statements in function bodies and of top-level assignments; None when the
+    text does not parse (a change broke it: every line may be the one to repair)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    numbers: set[int] = set()
+
+    def add(node: ast.stmt) -> None:
+        numbers.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            for statement in body:
+                add(statement)
+        elif isinstance(node, ast.Module):
+            for statement in node.body:
+                if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                    add(statement)
+    for node in ast.walk(tree):  # a nested def inside a body is no code line of its own
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            numbers.discard(node.lineno)
+    return numbers
+
+
+def action_state(tool: str, workspace: Any) -> dict[str, str]:
+    """What makes a repeated workspace action new: the files it acts on (the same test command after
+    a fix is progress, the same command on the same files is not)."""
+    from .tools import WORKSPACE_TOOLS
+
+    return {"files": workspace.digest()} if workspace is not None and tool in WORKSPACE_TOOLS else {}
