@@ -18,3 +18,12 @@ def test_import_contracts_are_kept():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "broken" in proc.stdout and " 0 broken" in proc.stdout
+
+
+def test_every_subpackage_is_installed():
+    """A folder of agent/ left out of pyproject's package list would be missing from a wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(PACKAGE_ROOT).parts) for p in (PACKAGE_ROOT / "agent").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
