@@ -3,6 +3,7 @@ its runs are graded independently of ``metrics.py`` -- lives in its folder, and 
 finds it here by name (``--packs generated:FAMILY:N``).
 
     fixtest    fix the failing test of a small repository with the workspace tools
+    humaneval  implement a HumanEval function, run its docstring's examples; hidden tests grade it
 
 The release-rule family of the knowledge tool predates this and still lives beside that tool
 (``tools/record_packs.py``, ``tools/record_grading.py``; ``generated:N``).
@@ -16,7 +17,7 @@ from typing import Any, Callable
 
 #: family -> its package below agent.families (a ``generator`` module with ``generate_packs`` and a
 #: ``grading`` module with ``grade_run``)
-FAMILIES = {"fixtest": "fixtest"}
+FAMILIES = {"fixtest": "fixtest", "humaneval": "humaneval"}
 
 
 def _module(family: str, name: str) -> Any:

