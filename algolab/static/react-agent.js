@@ -876,6 +876,7 @@
     $('run-cancel').disabled = !runActive();
     $('run-export').disabled = events.length === 0;
     renderBudget(events);
+    renderApproval(run, events);
     renderFinal(run);
     renderTimeline(events);
     renderMetrics(run);
@@ -887,6 +888,96 @@
     $('run-budget').textContent = last
       ? '剩余预算（step ' + last.step + ' 开始时）：' + Object.entries(last.remaining).map(([k, v]) => k + ' ' + v).join(' · ')
       : '';
+  }
+
+  // Approvals --------------------------------------------------------------------------------
+
+  const LEVEL_TEXT = { read_only: '只读', workspace_write: '写工作区', network: '网络', unknown: '无法证明安全',
+    privilege: '提权', destructive: '破坏性' };
+  const DECISION_TEXT = { run: '运行', refuse: '拒绝', ask: '询问' };
+  const BY_TEXT = { policy: '批准策略', pack_test_command: '任务包的测试命令', 'operator:approved': '你批准了',
+    'operator:denied': '你拒绝了', 'operator:deadline': '到期未回答', 'operator:no_approver': '无人可批准',
+    'operator:cancelled': '运行已取消' };
+  const levelText = (level) => (LEVEL_TEXT[level] ? LEVEL_TEXT[level] + ' ' : '') + '(' + (level || '?') + ')';
+
+  /** The question the run waits on: the last approval.requested with no approval.decided after it
+   *  (a run asks one question at a time, and the bash tool decides each before the next). */
+  function pendingApproval(events) {
+    let pending = null;
+    for (const e of events) {
+      if (e.type === 'approval.requested') pending = e;
+      else if (e.type === 'approval.decided' && pending && e.seq > pending.seq) pending = null;
+    }
+    return pending;
+  }
+
+  let approvalTimer = null;
+  const approval = { id: null, runId: null, runnerBase: null, expiresAt: 0, sent: false };
+
+  function secondsLeft() {
+    return Math.max(0, Math.ceil((approval.expiresAt - Date.now()) / 1000));
+  }
+
+  function tickApproval() {
+    if (!approval.id) return;
+    const left = secondsLeft();
+    $('approval-countdown').textContent = left > 0 ? '剩余 ' + left + ' 秒' : '已到期：命令被拒绝';
+    if (left <= 0) {
+      $('approval-approve').disabled = true;
+      $('approval-deny').disabled = true;
+    }
+  }
+
+  /** Show one approval.requested event on the card; every field as textContent. */
+  function showApproval(event, run) {
+    const card = $('approval-card');
+    if (approval.id !== event.approval_id) {
+      approval.id = String(event.approval_id || '');
+      approval.runId = run ? run.id : null;
+      approval.runnerBase = run ? run.runnerBase : null;
+      const expires = Date.parse(event.expires_at);
+      approval.expiresAt = Number.isFinite(expires) ? expires : Date.now() + 1000 * Number(event.seconds || 0);
+      approval.sent = false;
+      $('approval-command').textContent = String(event.command || '');
+      $('approval-level').textContent = levelText(event.level);
+      $('approval-reason').textContent = String(event.reason || '');
+      const hidden = /<path>|\[redacted\]/.test(String(event.command || ''));
+      $('approval-note').textContent = 'Job 正在等待你的回答；到期未回答即视为拒绝。命令只在沙箱中运行（只有工作区可写、没有网络）。' +
+        (hidden ? '命令中的主机路径显示为 <path>、密钥显示为 [redacted]；看不全的命令请拒绝。' : '');
+      $('approval-approve').disabled = false;
+      $('approval-deny').disabled = false;
+    }
+    card.hidden = false;
+    if (!approvalTimer) approvalTimer = setInterval(tickApproval, 250);
+    tickApproval();
+  }
+
+  function hideApproval() {
+    $('approval-card').hidden = true;
+    approval.id = null;
+    if (approvalTimer) { clearInterval(approvalTimer); approvalTimer = null; }
+  }
+
+  function renderApproval(run, events) {
+    const pending = TERMINAL.has(run.status) ? null : pendingApproval(events);
+    if (pending) showApproval(pending, run);
+    else hideApproval();
+  }
+
+  /** The learner's answer: POST /agent/runs/{id}/approvals/{approval_id} (once; the runner checks
+   *  the deadline and that the question belongs to this run). */
+  async function answerApproval(decision) {
+    if (!approval.id || approval.sent || !approval.runId) return;
+    approval.sent = true;
+    $('approval-approve').disabled = true;
+    $('approval-deny').disabled = true;
+    const id = approval.id;
+    const res = await runnerFetch(approval.runnerBase, '/agent/runs/' + encodeURIComponent(approval.runId) +
+      '/approvals/' + encodeURIComponent(id), { method: 'POST', body: { decision } });
+    if (approval.id !== id) return;
+    $('approval-note').textContent = res.ok
+      ? '已发送：' + (decision === 'approve' ? '批准' : '拒绝') + '。等待 Runner 继续……'
+      : '未能发送：' + res.error.code + ' · ' + res.error.message;
   }
 
   function renderFinal(run) {
@@ -917,6 +1008,10 @@
       const r = obs.result || {};
       if (r.summary) return r.summary;
       if ('value' in r) return r.expression + ' = ' + r.value;
+      if ('exit_code' in r) {  // bash: the command, its exit and its grade (the output is in the trace)
+        return '$ ' + r.command + ' → ' + (r.timed_out ? 'timed out' : 'exit ' + r.exit_code) +
+          (r.risk ? ' · ' + levelText(r.risk.level) + ' · ' + (r.risk.reason || '') : '');
+      }
       return shortJSON(r);
     }
     const err = obs.error || {};
@@ -1004,6 +1099,13 @@
             el('code', { text: (obs.id || '') + ' · ok=' + obs.ok }), ' ', el('span', { text: observationLine(obs) })),
           count !== undefined ? row('next', 'next state', el('span', { text: 'observation_count = ' + count })) : null);
       }
+      case 'approval.requested':
+        return row('ask', '等待批准', el('code', { text: String(e.command || '') }), ' ',
+          el('span', { text: levelText(e.level) + ' · ' + (e.reason || '') }));
+      case 'approval.decided':
+        return row(e.decision === 'run' ? 'obs' : 'bad', 'bash 风险评级', el('code', { text: String(e.command || '') }), ' ',
+          el('span', { text: levelText(e.level) + ' · ' + (e.reason || '') + ' → ' + (DECISION_TEXT[e.decision] || e.decision) +
+            '（' + (BY_TEXT[e.by] || e.by || '') + '）' }));
       case 'final.validated':
         return row(e.accepted ? 'obs' : 'bad', 'final.validated', el('span', { text: (e.accepted ? '✓ ' : '✗ ') + (e.message || '') }));
       case 'guard.loop_detected': case 'guard.no_progress':
@@ -1289,6 +1391,8 @@
     'agent/prompting.py': ['模型可见状态与当前分支的 JSON 前缀。', '任务、最近 10 条 Observation（每条约 3000 字符）、最近 4 条反馈与剩余预算，按只追加的顺序排布以复用 KV cache。', 'Runtime 每一步调用它组装 messages；Decision Summary 也在这里按缺口生成。'],
     'agent/packs.py': ['任务包：task.json + knowledge/ + data/expected.json。', 'default 包是包根目录；其他包位于 packs/<name>/，按名字查找。', 'Runner 的 /schema 列出可选任务包；页面的“任务包”下拉框来自这里。'],
     'agent/server.py': ['Runner 的 loopback HTTP API。', 'status、schema、模型检查/卸载、创建/轮询/取消 Job、SSE 事件流与 artifact；Host 与 Origin 白名单、JSON content type、256 KiB 请求体上限、慢客户端的读超时。', '浏览器直接请求它；它把 Job 交给 job_store 串行执行。'],
+    'agent/runner_workspace.py': ['Runner 上工作区工具的边界。', '工作区目录、批准策略与期限都由启动 Runner 的人决定（--workspace、--approval、--approval-seconds）；自带模板的任务包总在运行目录里的新副本上工作；请求只能收紧策略、缩小工具，永远不能指定目录或关闭沙箱。', 'server.py 在排队前检查请求，job_store 据此生成每个 Job 的 WorkspaceOptions。'],
+    'agent/approvals.py': ['谁能批准一条有风险的命令。', 'ask_operator 先把 approval.requested 写进 trace，再等到期限；CLI 用终端 y/N，Runner 用 ApprovalDesk 等页面批准卡片的回答（每个问题只答一次、只属于一个 run、过期即拒绝）。', 'bash 工具评级后调用它；结果是 trace 里的 approval.decided。'],
     'agent/job_store.py': ['异步 Job 的生命周期。', '维护 queued / running / 终态、取消事件与公开快照；queued 取消也会追加 run.finished。每个 Job 的事件只追加在内存列表里，读取从不等待 worker 或磁盘写入。', 'server.py 创建与查询 Job，worker 调用 runtime.run_agent；SSE 流在新事件到达时被唤醒。'],
     'agent/streaming.py': ['运行事件的 Server-Sent Events。', '每个 trace 事件是一条 SSE 事件（id = seq）；断线后用 Last-Event-ID 或 after_seq 续传，不丢不重；同时打开的流有上限，不读数据的客户端会被超时断开。', '页面用 EventSource 跟随运行，打不开时退回 after_seq 轮询。'],
     'agent/telemetry.py': ['可选的 OpenTelemetry 导出（默认关闭）。', '从 trace 事件生成 invoke_agent / chat / execute_tool span，属性遵循 GenAI 语义约定；不含模型原文、prompt、路径或秘密。', '设置 OTEL_EXPORTER_OTLP_ENDPOINT 或 --otel-file 时由 job_store 的事件观察者驱动。'],
@@ -1433,6 +1537,8 @@
     $('run-cancel').addEventListener('click', cancelRun);
     $('run-export').addEventListener('click', exportTrace);
     $('run-explain-btn').addEventListener('click', explainRun);
+    $('approval-approve').addEventListener('click', () => answerApproval('approve'));
+    $('approval-deny').addEventListener('click', () => answerApproval('deny'));
     renderMetrics(null);
     onRunnerUrlInput();
     updateStartButton();
@@ -1440,6 +1546,6 @@
   }
 
   // Exposed for the browser tests and for curious readers in the console.
-  window.ReactAgentPage = { normalizeRunnerUrl, stripHidden, deriveStages, explainFor };
+  window.ReactAgentPage = { normalizeRunnerUrl, stripHidden, deriveStages, explainFor, pendingApproval, showApproval };
   document.addEventListener('DOMContentLoaded', init);
 })();

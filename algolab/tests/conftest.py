@@ -139,8 +139,9 @@ def start_site(tmp: Path, package_dir: Path | None = None) -> Process:
                    ready_path="/api/react-agent/example/manifest").start()
 
 
-def start_runner(tmp: Path, site_port: int, script: list[Any] | None) -> Process:
-    """The package's own runner; ``script`` set means the scripted test policy (labelled as such)."""
+def start_runner(tmp: Path, site_port: int, script: list[Any] | None, extra_args: tuple[str, ...] = ()) -> Process:
+    """The package's own runner; ``script`` set means the scripted test policy (labelled as such);
+    ``extra_args``: more of the operator's flags (``--approval always_ask``, ...)."""
     port = free_port()
     env = dict(os.environ)
     env.pop(TEST_POLICY_ENV, None)
@@ -150,7 +151,7 @@ def start_runner(tmp: Path, site_port: int, script: list[Any] | None) -> Process
         env[TEST_POLICY_ENV] = str(script_file)
     runs = tmp / f"runs-{port}"
     args = [sys.executable, str(RUNNER_SCRIPT), "--port", str(port), "--runs-dir", str(runs),
-            "--allow-origin", f"http://127.0.0.1:{site_port}", "--log-level", "warning"]
+            "--allow-origin", f"http://127.0.0.1:{site_port}", "--log-level", "warning", *extra_args]
     return Process(args, f"http://127.0.0.1:{port}", tmp / f"runner-{port}.log", env=env,
                    ready_path="/status").start(timeout=60)
 

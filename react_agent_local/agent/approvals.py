@@ -1,27 +1,43 @@
 """Approvals: who may let a risky command run, and for how long the run waits for them.
 
 The bash tool grades each command (``shell_risk``) and the run's ``ApprovalPolicy`` decides ``run``,
-``refuse`` or ``ask``. ``ask`` goes to the operator's ``Approver`` -- on the CLI a terminal prompt,
-later the runner's approval card -- through ``ask_operator``, which waits at most until a deadline.
-No approver, an approver that raises, a deadline passing or a cancelled run are all a refusal:
-a command nobody approved never runs.
+``refuse`` or ``ask``. ``ask`` goes to the operator's ``Approver`` -- on the CLI a terminal prompt
+(``terminal_approver``), on the runner the lab page's approval card (``ApprovalDesk``) -- through
+``ask_operator``, which first puts an ``approval.requested`` event in the trace (the command, its
+grade and reason, the deadline) and then waits at most until the deadline. No approver, an approver
+that raises, a deadline passing or a cancelled run are all a refusal: a command nobody approved
+never runs.
 
-An HTTP request can never approve: the approver is the operator's, passed in by the code that
-starts the run (``agent run`` or the runner), never read from a request.
+The request that starts a run can never approve anything: the approver is the operator's, passed in
+by the code that starts the run (``agent run`` or the runner), never read from that request. On the
+runner the operator is whoever answers the card: ``POST /agent/runs/{id}/approvals/{approval_id}``
+behind the same Host/Origin checks as every other write, for a question the run is waiting on now.
+
+Exceptions of the desk::
+
+    ApprovalNotFound   no such question for this run (or the run asked none) -> 404
+    ApprovalClosed     answered already, past its deadline, or the run stopped waiting -> 409
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import select
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Literal, TextIO
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Literal, TextIO
 
 #: how long a run waits for the operator's answer by default
 APPROVAL_SECONDS = 60.0
+#: an answer the approver took just before the deadline still counts if it lands within this much after
+ANSWER_GRACE_SECONDS = 0.2
+APPROVAL_ID = re.compile(r"^apr-[0-9a-f]{16}$")
 
 Verdict = Literal["approved", "denied", "no_approver", "deadline", "cancelled"]
 
@@ -35,17 +51,30 @@ class ApprovalRequest:
     level: str
     reason: str
     deadline: float  # time.monotonic()
+    #: names this question in the trace and in the answer's URL (unguessable: it is the only handle)
+    id: str = field(default_factory=lambda: "apr-" + secrets.token_hex(8))
+
+    def public(self) -> dict[str, Any]:
+        """The ``approval.requested`` payload (the trace redacts secrets and host paths from it)."""
+        left = max(0.0, self.deadline - time.monotonic())
+        expires = datetime.fromtimestamp(time.time() + left, timezone.utc)
+        return {"approval_id": self.id, "tool": self.tool, "command": self.command[:500], "level": self.level,
+                "reason": self.reason[:300], "seconds": round(left, 1),
+                "expires_at": expires.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
 
 
 Approver = Callable[[ApprovalRequest], bool]
 
 
 def ask_operator(approver: Approver | None, request: ApprovalRequest,
-                 cancel: threading.Event | None = None) -> Verdict:
+                 cancel: threading.Event | None = None, emit: Callable[..., None] | None = None) -> Verdict:
     """The operator's answer, waited for until ``request.deadline`` (or a cancel); anything but a
-    clear yes before then is not an approval."""
+    clear yes before then is not an approval. ``emit`` (the run's trace) gets the question first, so
+    whoever answers can see it before the approver starts waiting."""
     if approver is None:
         return "no_approver"
+    if emit is not None:
+        emit("approval.requested", **request.public())
     box: dict[str, bool] = {}
     done = threading.Event()
 
@@ -62,8 +91,17 @@ def ask_operator(approver: Approver | None, request: ApprovalRequest,
         if cancel is not None and cancel.is_set():
             return "cancelled"
         if time.monotonic() >= request.deadline:
+            # A yes taken just before the deadline may still be on its way out of the approver.
+            if done.wait(ANSWER_GRACE_SECONDS) and box.get("approved"):
+                return "approved"
             return "deadline"
-    return "approved" if box.get("approved") else "denied"
+    if box.get("approved"):
+        return "approved"
+    # An approver that stops waiting with a no -- a desk closing a cancelled run's questions, a
+    # prompt nobody typed into before the deadline -- was not answered: that is no denial.
+    if cancel is not None and cancel.is_set():
+        return "cancelled"
+    return "deadline" if time.monotonic() >= request.deadline else "denied"
 
 
 def terminal_approver(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Approver | None:
@@ -107,3 +145,110 @@ def read_answer(stdin: TextIO, deadline: float) -> bool:
                 break
             buffered += chunk
     return buffered.decode("utf-8", "replace").strip().lower() in ("y", "yes")
+
+
+# -- the runner's approvals: questions that wait for the page's answer -------------------------------
+
+
+class ApprovalNotFound(LookupError):
+    """No such question for this run."""
+
+
+class ApprovalClosed(Exception):
+    """The question takes no answer any more: ``reason`` is answered, deadline or run_stopped."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class _Question:
+    run_id: str
+    deadline: float  # time.monotonic()
+    answered: threading.Event = field(default_factory=threading.Event)
+    decision: Literal["approve", "deny"] | None = None
+    closed: str | None = None  # why no answer is taken: deadline, run_stopped
+
+
+class ApprovalDesk:
+    """The runner's questions, each waiting for one answer over HTTP until its deadline.
+
+    A question is opened when its ``approval.requested`` event passes through the job store -- before
+    any page can read it, so an answer never races its question -- and answered at most once, for
+    the run that asked it, before its deadline. The run's approver (``approver``) waits on it; a
+    cancel or the end of the run closes it. Closed questions are kept (up to ``MAX_KEPT``) so that a
+    late or repeated answer gets a clear 409 rather than a 404.
+    """
+
+    MAX_KEPT = 1000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._questions: OrderedDict[str, _Question] = OrderedDict()
+
+    def open(self, run_id: str, approval_id: str, seconds: float) -> None:
+        """Register a question announced by ``run_id`` (from its event: id and seconds left)."""
+        if not isinstance(approval_id, str) or not APPROVAL_ID.match(approval_id):
+            return
+        with self._lock:
+            if approval_id not in self._questions:
+                self._questions[approval_id] = _Question(run_id, time.monotonic() + max(0.0, float(seconds)))
+            while len(self._questions) > self.MAX_KEPT:
+                oldest = next(iter(self._questions))
+                if self._questions[oldest].closed is None and self._questions[oldest].decision is None:
+                    break  # never forget a question a run is still waiting on
+                del self._questions[oldest]
+
+    def approver(self, run_id: str, cancel: threading.Event) -> Approver:
+        """The approver of one runner job: waits for the page's answer, the deadline or the cancel."""
+
+        def approve(request: ApprovalRequest) -> bool:
+            self.open(run_id, request.id, request.deadline - time.monotonic())
+            with self._lock:
+                question = self._questions.get(request.id)
+                if question is None or question.run_id != run_id:
+                    return False
+                question.deadline = min(question.deadline, request.deadline)
+            while not question.answered.wait(max(0.0, min(0.05, question.deadline - time.monotonic()))):
+                if cancel.is_set() or time.monotonic() >= question.deadline:
+                    break
+            with self._lock:
+                if question.decision is None and question.closed is None:
+                    question.closed = "run_stopped" if cancel.is_set() else "deadline"
+                return question.decision == "approve"
+
+        return approve
+
+    def answer(self, run_id: str, approval_id: str, decision: Literal["approve", "deny"]) -> dict[str, Any]:
+        """Record the one answer to a question of ``run_id``."""
+        with self._lock:
+            question = self._questions.get(approval_id) if APPROVAL_ID.match(approval_id or "") else None
+            if question is None or question.run_id != run_id:
+                raise ApprovalNotFound("no such approval for this run")
+            if question.decision is not None:
+                raise ApprovalClosed("answered", f"this approval was already answered ({question.decision})")
+            if question.closed == "run_stopped":
+                raise ApprovalClosed("run_stopped", "the run no longer waits for this approval")
+            if question.closed is not None or time.monotonic() >= question.deadline:
+                question.closed = question.closed or "deadline"
+                raise ApprovalClosed("deadline", "the deadline of this approval has passed: the command was refused")
+            question.decision = decision
+            question.answered.set()
+        return {"run_id": run_id, "approval_id": approval_id, "decision": decision}
+
+    def close_run(self, run_id: str) -> None:
+        """The run ended: none of its questions takes an answer any more."""
+        with self._lock:
+            for question in self._questions.values():
+                if question.run_id == run_id and question.decision is None and question.closed is None:
+                    question.closed = "run_stopped"
+                    question.answered.set()
+
+    def waiting(self, run_id: str) -> int:
+        """How many of the run's questions wait for an answer now."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(1 for q in self._questions.values()
+                       if q.run_id == run_id and q.decision is None and q.closed is None and now < q.deadline)

@@ -512,6 +512,10 @@ class RunRequest(_ModelRequest):
     tools: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
         default=None, max_length=32,
         description="Narrow the pack's tools to these (never widen): others are unknown to the model.")
+    approval: Literal["never_ask", "ask_on_risk", "always_ask"] | None = Field(
+        default=None,
+        description="A stricter approval policy for this run's bash commands than the runner's (never a looser "
+                    "one); default: the runner operator's.")
 
     @model_validator(mode="before")
     @classmethod

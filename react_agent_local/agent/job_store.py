@@ -17,6 +17,13 @@ at most ``max_bytes`` on disk, deleting the oldest finished ones first. It runs 
 ends a job -- finished, failed, cancelled while queued, sealed at a restart -- and when a job is
 created, so a storm of create + cancel cannot pile up folders while a long job runs.
 
+A job whose tools work in a workspace carries its public plan (``request.workspace``: ``source``
+template or operator, and the approval policy; ``agent/runner_workspace.py``): the store turns it
+into the run's ``WorkspaceOptions`` with an approver of the store's ``ApprovalDesk``. The desk learns
+of each question from the run's ``approval.requested`` event, before that event is stored, so a page
+that reads it can answer at once; the end of the job closes its questions. At most one job at a
+time uses the operator's folder (``WorkspaceBusy``).
+
 Locks, and why reads are cheap: the store's ``_lock`` guards the job table, the queue and the
 running id; each job's ``lock`` guards that job's state and event log and is held only to append to
 or slice in-memory lists; its ``io_lock`` orders that job's disk writes. Order: store, io, job;
@@ -46,8 +53,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
+from .approvals import ApprovalDesk
 from .contracts import TERMINAL_STATUS, Budgets, RunRequest
 from .packs import load_pack
+from .runner_workspace import RunnerWorkspace
 from .trace import MAX_EVENTS, redact, strip_hidden_reasoning
 
 log = logging.getLogger(__name__)
@@ -78,6 +87,10 @@ class JobAlreadyFinished(Exception):
 
 class QueueFull(Exception):
     """Too many jobs are waiting; the caller should retry later."""
+
+
+class WorkspaceBusy(Exception):
+    """Another queued or running job works in the operator's folder."""
 
 
 def _now() -> str:
@@ -284,8 +297,11 @@ class JobStore:
         max_queued: int = 100,
         observer_factory: EventObserverFactory | None = None,
         max_concurrent_served: int = 4,
+        workspace: RunnerWorkspace | None = None,
     ):
         self.runs_dir = Path(runs_dir)
+        self.workspace = workspace or RunnerWorkspace()
+        self.approvals = ApprovalDesk()
         self._observer_factory = observer_factory
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._run_fn = run_fn
@@ -312,7 +328,9 @@ class JobStore:
 
     # ---------------------------------------------------------------- public API (HTTP side)
 
-    def submit(self, run_request: RunRequest, model: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, run_request: RunRequest, model: dict[str, Any],
+               workspace: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Queue a job. ``workspace``: its public plan (``RunnerWorkspace.plan``), None without workspace tools."""
         spec = run_request.model
         public_request = {
             "pack": run_request.pack or "default",
@@ -324,9 +342,16 @@ class JobStore:
             "sampling": run_request.sampling.model_dump(),
             "tools": run_request.tools,
         }
+        if workspace is not None:
+            public_request["workspace"] = dict(workspace)
         with self._lock:
             if self._closed:
                 raise QueueFull("the runner is shutting down")
+            if workspace is not None and workspace.get("source") == "operator":
+                busy = next((j.id for j in self._jobs.values() if not j.terminal
+                             and (j.request.get("workspace") or {}).get("source") == "operator"), None)
+                if busy is not None:
+                    raise WorkspaceBusy(f"job {busy} works in the operator's folder; wait for it or cancel it")
             if len(self._queued_ids) >= self.max_queued:
                 raise QueueFull(f"{len(self._queued_ids)} jobs are already queued; try again later")
             job_id = self._new_id()
@@ -419,6 +444,7 @@ class JobStore:
                 # A queued job never reached the runtime: no metrics, one run.finished of its own.
                 self._seal(job, "cancelled", "cancelled", error=None)
             else:
+                self.approvals.close_run(job.id)  # an answer now would come for a run that is stopping
                 self._persist(job)
             view = self._view(job, job.last_seq)
         if ended:  # a running job is ended (and retention run) by its worker
@@ -501,6 +527,8 @@ class JobStore:
 
     def _execute(self, job: Job) -> None:
         def sink(event: dict[str, Any]) -> None:
+            if event.get("type") == "approval.requested":  # answerable before anyone can read it
+                self.approvals.open(job.id, event.get("approval_id"), event.get("seconds") or 0.0)
             self._append(job, event)  # only this worker appends to a running job
 
         if self._observer_factory is not None:
@@ -513,7 +541,10 @@ class JobStore:
             pack = load_pack(job.request["pack"])
             budgets = Budgets.model_validate(job.request["budgets"])
             policy = self._policy_factory(job.run_request)
-            narrowed = {"allowed_tools": job.run_request.tools} if job.run_request.tools is not None else {}
+            narrowed: dict[str, Any] = {"allowed_tools": job.run_request.tools} if job.run_request.tools is not None else {}
+            plan = job.request.get("workspace")
+            if plan:
+                narrowed["workspace"] = self.workspace.options(plan, self.approvals.approver(job.id, job.cancel))
             outcome = self._run_fn(pack, policy, budgets, sampling=job.run_request.sampling, **narrowed,
                                    artifact_dir=self._job_dir(job.id) / "artifacts",
                                    cancel=job.cancel, sink=sink)
@@ -528,6 +559,7 @@ class JobStore:
                               "retryable": False})
         finally:
             job.observer = None
+            self.approvals.close_run(job.id)
 
     # ---------------------------------------------------------------- internals
 

@@ -8,7 +8,14 @@ OPTIONS, request bodies of at most 256 KiB counted while they stream. No GET cha
 Every error that crosses HTTP has the shape ``{"error": {"code", "message"}}`` with a stable code:
 bad_request, not_found, forbidden_host, forbidden_origin, method_not_allowed, unsupported_media_type,
 payload_too_large, validation_error, already_finished, model_unavailable, unknown_pack, queue_full,
-too_many_streams, runner_busy, internal_error.
+too_many_streams, runner_busy, workspace_not_configured, workspace_busy, approval_not_allowed,
+approval_closed, internal_error.
+
+Workspace tools (``agent/runner_workspace.py``): the operator's ``--workspace DIR``, ``--approval`` and
+``--approval-seconds`` are the most any job gets; a request may narrow them, never widen them, and
+never names a folder or opts out of the sandbox. While a job's bash command waits for approval its
+trace has an ``approval.requested`` event; ``POST /agent/runs/{id}/approvals/{approval_id}`` with
+``{"decision": "approve" | "deny"}`` answers it once, before its deadline (``approvals.ApprovalDesk``).
 
 A run is followed by polling ``GET /agent/runs/{id}?after_seq=n`` or through the Server-Sent Events
 of ``GET /agent/runs/{id}/events`` (R-STREAM, agent/streaming.py). Both read the job store without
@@ -38,7 +45,7 @@ import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,9 +58,11 @@ from . import streaming
 from .boundary import BrowserBoundary, error_body
 from .connections import KEEP_ALIVE_SECONDS, REQUEST_READ_SECONDS, read_deadline_protocol, server_config  # noqa: F401
 from .contracts import RECOMMENDED_BUDGETS, Budgets, ExplainRequest, InspectRequest, RunRequest, Sampling
-from .job_store import JobAlreadyFinished, JobNotFound, JobStore, PolicyFactory, QueueFull, RunFunction
+from .approvals import ApprovalClosed, ApprovalNotFound
+from .job_store import JobAlreadyFinished, JobNotFound, JobStore, PolicyFactory, QueueFull, RunFunction, WorkspaceBusy
 from .model_policy import ModelUnavailable
 from .packs import DEFAULT_RUNS_DIR, PackError, available_packs, load_pack
+from .runner_workspace import APPROVAL_MODES, RUNNER_APPROVAL_SECONDS, RunnerWorkspace, RunRefused, check_folder
 from .schemas import decision_schema
 from .secrets import HeldBack
 from .tools import ArgumentError, ToolRegistry, catalog
@@ -158,6 +167,13 @@ class RunnerSettings:
     stream_max_seconds: float = 300.0
     #: OpenTelemetry export (agent/telemetry.Telemetry); None, the default, means off.
     telemetry: Any = None
+    #: The operator's folder for packs whose workspace tools have no template (``--workspace``);
+    #: None: such runs are refused. Packs with a template work on a copy in the run's folder.
+    workspace: Path | None = None
+    #: The approval policy of every job's bash commands (``--approval``); a request may only tighten it.
+    approval: str = "ask_on_risk"
+    #: Seconds a job waits for the page's answer to one approval (``--approval-seconds``); then refused.
+    approval_seconds: float = RUNNER_APPROVAL_SECONDS
 
 
 class ApiError(Exception):
@@ -175,6 +191,14 @@ class ErrorBody(BaseModel):
     """Every 4xx/5xx body."""
 
     error: ErrorDetail
+
+
+class ApprovalAnswer(BaseModel):
+    """Body of POST /agent/runs/{id}/approvals/{approval_id}: the operator's answer to one question."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "deny"]
 
 
 class ValidateArgumentsRequest(BaseModel):
@@ -283,12 +307,8 @@ def _explanation_lines(explain: Callable, events: list[dict[str, Any]], policy: 
         yield line
 
 
-def _check_narrowed_tools(body: RunRequest) -> None:
+def _check_narrowed_tools(body: RunRequest, task: Any) -> None:
     """A request may narrow the pack's tools, never widen them, and must leave the required ones."""
-    try:
-        task = load_pack(body.pack).task
-    except PackError as exc:
-        raise ApiError(400, "unknown_pack", redact(str(exc))) from None
     extra = [t for t in body.tools or [] if t not in task.tool_names]
     if extra:
         raise ApiError(400, "tools_not_in_pack", f"tools the pack does not use cannot be added: {', '.join(extra)[:200]}")
@@ -373,10 +393,13 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     access = ServedAccess.of(settings.allow_model_hosts, settings.model_keys)
     policy_factory = (policy_factory_for(access)
                       if settings.policy_factory is default_policy_factory else settings.policy_factory)
+    # An operator fault (a missing folder, an unknown mode) stops the runner here, before it listens.
+    workspace = RunnerWorkspace(directory=settings.workspace, approval=settings.approval,  # type: ignore[arg-type]
+                                approval_seconds=settings.approval_seconds)
     store = JobStore(settings.runs_dir, run_with_tools, policy_factory,
                      max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued,
                      observer_factory=telemetry.observer if telemetry is not None else None,
-                     max_concurrent_served=settings.max_concurrent_served)
+                     max_concurrent_served=settings.max_concurrent_served, workspace=workspace)
     streams = streaming.StreamSlots(settings.max_streams)
 
     @asynccontextmanager
@@ -432,6 +455,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             "running_jobs": store.running_ids,
             "test_policy": settings.test_policy,
             "served_models": {"kinds": ["openai_compatible", "anthropic"], **access.public()},
+            "workspace": workspace.public(),
             "limits": {"max_body_bytes": settings.max_body_bytes, "max_queued": settings.max_queued,
                        "max_streams": settings.max_streams},
             "streams_open": streams.open,
@@ -522,12 +546,23 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             _check_served_model(body, access)
         if (body.pack or "default") not in available_packs():
             raise ApiError(400, "unknown_pack", f"unknown pack; known: {', '.join(available_packs())}")
-        if body.tools is not None:
-            _check_narrowed_tools(body)
         try:
-            view = store.submit(body, _public_model(body, settings.test_policy))
+            task = load_pack(body.pack).task
+        except PackError as exc:
+            raise ApiError(400, "unknown_pack", redact(str(exc))) from None
+        if body.tools is not None:
+            _check_narrowed_tools(body, task)
+        offered = [t for t in (body.tools if body.tools is not None else task.tool_names) if t in tools]
+        try:
+            plan = workspace.plan(task, offered, body.approval)
+        except RunRefused as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+        try:
+            view = store.submit(body, _public_model(body, settings.test_policy), plan)
         except QueueFull as exc:
             raise ApiError(429, "queue_full", str(exc)) from None
+        except WorkspaceBusy as exc:
+            raise ApiError(409, "workspace_busy", str(exc)) from None
         return JSONResponse(view, status_code=202)
 
     @app.get("/agent/runs")
@@ -589,6 +624,18 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             raise ApiError(404, "not_found", "no such run") from None
         except JobAlreadyFinished as exc:
             raise ApiError(409, "already_finished", str(exc)) from None
+
+    @app.post("/agent/runs/{run_id}/approvals/{approval_id}")
+    def answer_approval(run_id: str, approval_id: str, body: ApprovalAnswer) -> JSONResponse:
+        """Approve or deny the command a running job waits on (once, before its deadline)."""
+        try:
+            # A question belongs to one run: another run's id, or a malformed one, finds nothing.
+            answer = store.approvals.answer(run_id, approval_id, body.decision)
+        except (JobNotFound, ApprovalNotFound):
+            raise ApiError(404, "not_found", "no such approval for this run") from None
+        except ApprovalClosed as exc:
+            raise ApiError(409, "approval_closed", exc.message, reason=exc.reason) from None
+        return JSONResponse(answer)
 
     @app.post("/agent/runs/{run_id}/explain", responses={
         200: {"content": {"application/x-ndjson": {}},
@@ -679,7 +726,22 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--otel-file", type=Path, metavar="PATH",
                         help="write OpenTelemetry spans of each run to PATH as JSON lines "
                              "(OTEL_EXPORTER_OTLP_ENDPOINT sends them to an OTLP collector instead or as well)")
+    parser.add_argument("--workspace", type=Path, default=None, metavar="DIR",
+                        help="the folder the workspace tools of packs without their own repository template work in "
+                             "(packs with one, like the fixtest_* packs, always work on a fresh copy in the run's "
+                             "folder); no request can name another. Commands always run in the sandbox: there is "
+                             "no --unsandboxed on the runner")
+    parser.add_argument("--approval", default="ask_on_risk", choices=list(APPROVAL_MODES),
+                        help="when a job's bash command waits for the lab page's 批准/拒绝 (default ask_on_risk); a "
+                             "request may only choose a stricter policy")
+    parser.add_argument("--approval-seconds", type=float, default=RUNNER_APPROVAL_SECONDS, metavar="SECONDS",
+                        help=f"how long a job waits for that answer before the command is refused "
+                             f"(default {RUNNER_APPROVAL_SECONDS:.0f})")
     args = parser.parse_args(argv)
+    if args.workspace is not None and (problem := check_folder(str(args.workspace))):
+        parser.error(problem)
+    if not 1 <= args.approval_seconds <= 3600:
+        parser.error("--approval-seconds must be 1..3600")
     if args.host.lower() not in LOOPBACK_HOSTS:
         parser.error(f"--host must be one of {', '.join(LOOPBACK_HOSTS)}: the runner is loopback only")
     if not 1 <= args.port <= 65535:
@@ -711,7 +773,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = RunnerSettings(host=args.host.lower(), port=args.port, runs_dir=args.runs_dir,
                               allow_model_hosts=tuple(args.allow_model_hosts), model_keys=tuple(args.model_keys),
                               allow_origins=tuple(args.allow_origins or DEFAULT_ORIGINS), max_runs=args.max_runs,
-                              max_concurrent_served=max(1, args.max_concurrent_served))
+                              max_concurrent_served=max(1, args.max_concurrent_served),
+                              workspace=args.workspace, approval=args.approval, approval_seconds=args.approval_seconds)
     script_file = os.environ.get(TEST_POLICY_ENV)
     if script_file:
         script = json.loads(Path(script_file).read_text(encoding="utf-8"))
@@ -729,6 +792,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if settings.telemetry is not None:
         print(f"OpenTelemetry spans of each run: {settings.telemetry.description}", flush=True)
+    print(f"workspace tools: {'the --workspace folder' if settings.workspace else 'no operator folder'} for packs without a "
+          f"template, a copy in the run's folder for packs with one; always sandboxed; approval {settings.approval}, "
+          f"{settings.approval_seconds:.0f} s to answer", flush=True)
     bind = "127.0.0.1" if settings.host == "localhost" else settings.host
     app = create_app(settings)
     shown = f"[{bind}]" if ":" in bind else bind

@@ -1,5 +1,6 @@
 """Per-command cost of the workspace sandbox: wall time of ``true`` unsandboxed, under bubblewrap and
-under the Landlock fallback, and of one ``fileops`` call (what each file tool pays).
+under the Landlock fallback, and of one file operation (what each file tool call pays: the tools'
+``workspace_ops`` script reading one file, through ``tools/files.run_op`` in the sandbox).
 
 "unsandboxed" is the same spawn-and-capture path (``process.run_process``) with no confinement, so
 the difference is what the sandbox itself adds. The modes are interleaved run by run, so a load
@@ -24,6 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.sandbox import SandboxPolicy, open_sandbox  # noqa: E402
 from agent.sandbox.policy import base_environment  # noqa: E402
 from agent.sandbox.process import run_process  # noqa: E402
+from agent.tools import ToolContext  # noqa: E402
+from agent.tools.files import run_op  # noqa: E402
+from agent.workspace import Workspace  # noqa: E402
+
+
+def file_operation(sandbox: object, workspace: Path) -> Callable[[], object]:
+    """One ``read_file`` operation exactly as the tool runs it, in ``sandbox``."""
+    ctx = ToolContext(knowledge_dir=workspace, artifact_dir=workspace / "artifacts",
+                      workspace=Workspace(root=workspace), sandbox=sandbox)
+    return lambda: run_op(ctx, "read", {"path": "notes.txt"})
 
 
 def interval(samples: list[float]) -> tuple[float, float]:
@@ -49,8 +60,8 @@ def main() -> None:
                                                sandbox="none"),
             "bwrap": lambda: bwrap.run(["true"], timeout_s=10),
             "landlock": lambda: landlock.run(["true"], timeout_s=10),
-            "bwrap fileops stat": lambda: bwrap.run_fileops("stat", "notes.txt"),
-            "landlock fileops stat": lambda: landlock.run_fileops("stat", "notes.txt"),
+            "bwrap file operation": file_operation(bwrap, workspace),
+            "landlock file operation": file_operation(landlock, workspace),
         }
         samples: dict[str, list[float]] = {name: [] for name in modes}
         for index in range(args.runs + 3):
@@ -58,7 +69,8 @@ def main() -> None:
                 started = time.perf_counter()
                 result = run()
                 elapsed = (time.perf_counter() - started) * 1000
-                assert getattr(result, "exit_code") == 0, (name, result)
+                # a command's result has its exit code; a file operation's reply is the file (run_op raises on failure)
+                assert getattr(result, "exit_code", 0) == 0 and result, (name, result)
                 if index >= 3:  # warm-up: page cache, the first cgroup, the interpreter's own imports
                     samples[name].append(elapsed)
     print(f"runs={args.runs} per mode; {bwrap.description}")

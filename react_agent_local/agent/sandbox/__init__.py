@@ -13,7 +13,8 @@ process that outlives the command. See ``runner.py`` for how the confinement is 
 Modules: ``policy`` (what is allowed, the environment), ``runner`` (Sandbox, open_sandbox),
 ``process`` (spawn, capped output, timeout and cancel), ``bwrap`` (bubblewrap's mount plan),
 ``landlock`` and ``seccomp`` (the fallback's rules), ``limits`` (rlimits, pids cgroup), ``confine``
-(the first program inside the sandbox), ``fileops`` (file primitives run inside it).
+(the first program inside the sandbox). The file tools' operations are not here: they are
+``tools/workspace_ops.py``, run as a script through ``Sandbox.run``.
 
 This package imports nothing from the tools or the runtime: the tools call the sandbox, never the
 other way round.

@@ -7,7 +7,7 @@ paths given a rule. The plan, built in the child by ``confine.py`` just before i
 
 - read and execute: the system directories, ``/etc`` without its secret files, ``/sys``, the command's
   own ``/proc/<pid>`` and a few machine-wide ``/proc`` files, the Python installation and this
-  package (so ``fileops.py`` and ``python -m agent...`` work);
+  package (so ``python -m agent...`` and the file tools' operations work);
 - read and write: the workspace, the run's private temporary directory and a few character devices
   (``/dev/null``, ``/dev/zero``, ...);
 - nothing else: not the host's home directory, not ``/tmp``, not ``/run``.

@@ -40,7 +40,6 @@ Kind = Literal["bwrap", "landlock", "none"]
 
 log = logging.getLogger(__name__)
 CONFINE = Path(__file__).resolve().parent / "confine.py"
-FILEOPS = Path(__file__).resolve().parent / "fileops.py"
 _PROBE_TIMEOUT_S = 20.0
 _HOST_PATH = re.compile(r"(?<![\w.])/[^\s'\":,]+")
 
@@ -122,14 +121,6 @@ class Sandbox:
                 "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)") % str(package_root())
         return self.run([sys.executable, "-I", "-c", boot, module, *args], timeout_s=timeout_s,
                         **kwargs)  # type: ignore[arg-type]
-
-    def run_fileops(self, op: str, path: str, *args: str, timeout_s: float = 30.0,
-                    **kwargs: object) -> CommandResult:
-        """One ``fileops`` primitive (read, write, stat, list: see fileops.py) on a workspace-relative
-        path, run inside the sandbox. Started by file path with ``-I -S`` (standard library only), so
-        it costs about what a shell command does rather than a full package import."""
-        return self.run([sys.executable, "-I", "-S", str(FILEOPS), str(self.policy.workspace), op, path, *args],
-                        timeout_s=timeout_s, **kwargs)  # type: ignore[arg-type]
 
     def _command(self, argv: list[str], cwd: Path, private_tmp: str | None, filter_fd: int | None) -> list[str]:
         spec: dict[str, object] = {"rlimits": self._rlimits().as_spec(), "block_inet": not self.policy.network}
