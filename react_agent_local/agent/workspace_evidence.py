@@ -17,7 +17,10 @@ whole, by their declared path), a test run (first to see what fails, then after 
 change after a failing run, else the Final. A change's arguments are narrowed to what can apply:
 the path to the files read that the task lets change, and for ``edit_file`` the old text to one of
 their code lines that occurs exactly once, so the model chooses which line and writes its fix,
-and never loses a step to an ``old`` that is not in the file.
+and never loses a step to an ``old`` that is not in the file. For ``replace_function`` the change is
+narrowed to the functions the failing run names (``name(`` in its output), and the step's instruction
+shows the failure (the assertion and its values) beside each such function's source as it is now, so
+the model rewrites the function with both in front of it.
 
 Pure functions of (task, Observations, workspace); the runtime calls them from its evidence gate and
 its guided branch.
@@ -28,14 +31,16 @@ from __future__ import annotations
 import ast
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .contracts import Observation, TaskSpec
 from .packs import item_key
+from .tools import workspace_ops as ops
 from .tools.shell import normalized_command
 
-CHANGE_TOOLS = ("edit_file", "write_file")
+CHANGE_TOOLS = ("edit_file", "write_file", "replace_function")
 MAX_LINE_CHOICES = 300
 MAX_CHOICE_CHARS = 300
 #: a guided edit's new text: room for a few lines, never a runaway to the token limit (the 0.5B's
@@ -138,10 +143,193 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -
         # asked to edit straight after reading, chose a def line and rewrote the function blind).
         return Step("bash", "a run of the tests after the last change" if change else "a run of the tests to see what fails",
                     narrowed=(("command", {"const": task.workspace.test_command}),))
+    if not passed(last_run[1]) and change_tool == "replace_function":
+        return function_step(files, workspace, last_run[1], observations)
     if not passed(last_run[1]) and change_tool is not None:
         return _change_step(change_tool, files, workspace,
                             f"a fix that makes the tests pass ({last_run[1].id} {failure_summary(last_run[1])})")
     return None
+
+
+#: at most this many lines of a failed run's report in a replace_function step's instruction
+MAX_FAILURE_LINES = 6
+#: at most this many functions offered (and shown) to a replace_function step
+MAX_FUNCTIONS = 3
+#: a guided diagnosis: one line, never a runaway (the pattern bounds the length: see NEW_SCHEMA)
+DIAGNOSIS_SCHEMA = {"type": "string", "pattern": r"^[A-Za-z`][^\n]{0,159}$"}
+#: the fixed line a diagnosis proposes: at most about this many characters
+MAX_DIAGNOSIS_FIX = 150
+
+
+def failure_detail(run: Observation, limit: int = MAX_FAILURE_LINES) -> list[str]:
+    """The lines of a failed pytest run that show what went wrong: per failing test its frames
+    (location and code line, each once: a recursion repeats one frame hundreds of times) and its
+    first ``E`` line (the values or the error), at most ``limit`` lines; else the one-line summary."""
+    result = run.result or {}
+    lines = "\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr")).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("=") and ("FAILURES" in line or "ERRORS" in line)),
+                 None)
+    if start is None:
+        return [failure_summary(run)]
+    sections: list[tuple[list[str], list[str]]] = []  # (frame lines, E lines) per failing test
+    for line in lines[start + 1:]:
+        line = line.rstrip()[:160]
+        if line.startswith(("=", "!!!")):
+            break
+        if line.startswith("_") or not sections:
+            sections.append(([], []))
+            if line.startswith("_"):
+                continue
+        frames, errors = sections[-1]
+        if not line.strip() or not line.strip("^~ "):  # blank, or the markers under a code line
+            continue
+        if line.startswith("E ") or line == "E":
+            if line.strip() != "E":
+                errors.append(line)
+        elif line not in frames:
+            frames.append(line)
+    picked: list[str] = []
+    for frames, errors in sections:
+        room = limit - len(picked)
+        if room <= 0:
+            break
+        shown = errors[:1] + [line for line in [returned(frames, errors)] if line]
+        picked += frames[:max(0, room - len(shown))] + shown[:room]
+    return picked or [failure_summary(run)]
+
+
+_ASSERT_EQUAL = re.compile(r"^\s*assert (.+?) == (.+?)\s*$")
+_TRUTH = re.compile(r"^\s*assert (not )?(\w[\w.]*\(.*\))\s*$")
+
+
+def returned(frames: list[str], errors: list[str]) -> str | None:
+    """A failed ``assert call == expected`` in words, the value the call returned beside the one the
+    test expects (a small model reads "assert 50 == 45.0" as two numbers, not as what its code did)."""
+    code, error = (frames[-1] if frames else ""), (errors[0] if errors else "")
+    error = re.sub(r"^E\s+", "", error)
+    if (want := _ASSERT_EQUAL.match(code)) and (got := _ASSERT_EQUAL.match(error)) and "(" in want.group(1):
+        expected = re.sub(r"^pytest\.approx\((.*)\)$", r"\1", want.group(2))
+        return f"so {want.group(1)} returned {got.group(1)}; the test expects {expected}"
+    if (want := _TRUTH.match(code)) and error in ("assert False", "assert not True", "assert None"):
+        expects = "a false value" if want.group(1) else "a true value"
+        return f"so {want.group(2)} returned {error.split()[-1]}; the test expects {expects}"
+    return None
+
+
+def _functions(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
+    """(path, qualified name, source now) of every function the Python files among ``files`` define."""
+    found = []
+    for path in files:
+        text = workspace.read_text(path) if path.endswith(".py") else None
+        if not text:
+            continue
+        try:
+            names = ops.definitions(text)
+        except (SyntaxError, ValueError):
+            continue
+        for name in names:
+            source = ops.function_source(text, name)
+            if source is not None:
+                found.append((path, name, source))
+    return found
+
+
+def function_step(files: list[str], workspace: Any, run: Observation, observations: list[Observation] = ()) -> Step:
+    """A ``replace_function`` after the failing ``run``: the functions its report calls (all of the
+    files' functions when it names none), their path and name narrowed to those, the new source
+    held to start with the def line and docstring when there is one candidate, and the failure and
+    each candidate's source shown in the instruction (and proposed as drafts: most of a fixed
+    function is copied from the old one).
+
+    After a rewrite that failed, the source shown is the function as the task gave it (the tool
+    reported it as ``before``), with the fixes already tried, and a diagnosis may propose none of
+    them again: the 1.5B, shown its own failed rewrite, fixed that back to the original and went
+    to and fro between the two until the tool budget ran out."""
+    result = run.result or {}
+    output = "\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr"))
+    functions = _functions(files, workspace)
+    called = [f for f in functions if re.search(r"(?<!\w)" + re.escape(f[1].rpartition(".")[2]) + r"\(", output)]
+    chosen = (called or functions)[:MAX_FUNCTIONS]
+    detail = "\n".join(failure_detail(run))
+    if not chosen:
+        return Step("replace_function", f"a fix that makes the tests pass ({run.id} {failure_summary(run)})")
+    rewrites = [o.result or {} for o in observations if o.ok and o.tool == "replace_function"]
+    shown, originals, tried = [], [], []
+    for path, name, source in chosen:
+        mine = [r for r in rewrites if r.get("path") == path and r.get("name") == name]
+        original = str(mine[0].get("before") or source) if mine else source
+        tries = list(dict.fromkeys(m.group(1) for r in mine if (m := _MUST_BE.search(str(r.get("diagnosis") or "")))))
+        originals.append(original)
+        tried.append(tries)
+        if mine:
+            shown.append(f"{name} in {path} as the task gave it (your rewrites failed):\n{original}"
+                         + (f"\nAlready tried, the tests still failed: {', '.join(f'`{t}`' for t in tries)}" if tries else ""))
+        else:
+            shown.append(f"{name} in {path}, now:\n{source}")
+    paths = list(dict.fromkeys(path for path, _, _ in chosen))
+    names = list(dict.fromkeys(name for _, name, _ in chosen))
+    target = (f"a fix that makes the tests pass. The tests fail ({run.id}):\n{detail}\n" + "\n".join(shown) + "\n"
+              f"Write the whole definition of {' or '.join(names)} again, with the bug fixed")
+    narrowed: list[tuple[str, Any]] = [("path", {"const": paths[0]} if len(paths) == 1 else {"enum": paths}),
+                                       ("name", {"const": names[0]} if len(names) == 1 else {"enum": names})]
+    # the diagnosis first: the source is written after the model has said which line is wrong
+    narrowed.append(("diagnosis", diagnosis_schema(originals[0], tried[0]) if len(chosen) == 1 else DIAGNOSIS_SCHEMA))
+    if len(chosen) == 1:
+        narrowed.append(("source", {"type": "string", "pattern": def_line_pattern(originals[0])}))
+    drafts = tuple(json.dumps(source, ensure_ascii=False)[1:-1] for source in originals)
+    return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts)
+
+
+_MUST_BE = re.compile(r"it must be `(.*)`$")
+
+
+def diagnosis_schema(source: str, tried: list[str] = ()) -> dict[str, Any]:
+    """The diagnosis in a fixed form: which of the function's own lines is wrong (one of them, as
+    the file has it) and what it must be instead -- neither that line unchanged nor a fix already
+    ``tried`` -- before the source is written (the 1.5B, asked for the source straight away or for a
+    free diagnosis, named the wrong line but copied it unchanged)."""
+    lines = [line.strip() for line in textwrap.dedent(source).splitlines()[1:]]
+    choices = [line for line in dict.fromkeys(lines) if line and "`" not in line and "\\" not in line
+               and not line.startswith(('"""', "'''", "#"))]
+    if not choices:
+        return DIAGNOSIS_SCHEMA
+    options = []
+    for line in choices:
+        # the fix ends at its closing backtick (unbounded, the 1.5B wrote on in prose past it)
+        new = differs_from([line, *tried], MAX_DIAGNOSIS_FIX, exclude="`\n")[1:-1]  # without its anchors
+        options.append(f"{_literal(line)}`; it must be `{new}")
+    return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
+
+
+def def_line_pattern(source: str) -> str:
+    """A new definition starts as the old one does: its def line and its docstring (the signature is
+    not the bug, and the docstring is the spec the fix is written against: the 1.5B, free to leave
+    it out, dropped it and then saw nothing wrong with the code), when a pattern can hold them (no
+    backslash); else with any text."""
+    head = _head_lines(source)
+    if head and not any("\\" in line for line in head):
+        return "^" + _literal("\n".join(head)) + "\\n[\\s\\S]*$"
+    return "^[\\s\\S]*$"
+
+
+def _head_lines(source: str) -> list[str]:
+    """The def line and the docstring of a one-function ``source``, dedented; [] where the def
+    spans lines, has decorators or the source does not parse."""
+    text = textwrap.dedent(source)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list or not node.body:
+        return []
+    lines = text.splitlines()
+    if not lines[node.lineno - 1].rstrip().endswith(":") or node.body[0].lineno == node.lineno:
+        return []
+    last = node.lineno
+    if ast.get_docstring(node) is not None:
+        last = node.body[0].end_lineno or node.body[0].lineno
+    return lines[node.lineno - 1:last]
 
 
 def _unread(task: TaskSpec, observations: list[Observation]) -> str | None:
@@ -202,11 +390,12 @@ def _literal(text: str) -> str:
     return "".join("\\" + c if c in _META else c for c in text)
 
 
-def differs_from(lines: list[str], limit: int) -> str:
+def differs_from(lines: list[str], limit: int, exclude: str = "") -> str:
     """A regular expression for a string that starts with a non-space, is at most about ``limit``
-    characters long and equals none of ``lines`` (but those with a quote or backslash): the complement of a finite set, written along the
-    trie of ``lines`` (a string either ends early, leaves the trie at some character, or goes on
-    past the end of a line), so its size grows with the lines' length, not its square."""
+    characters long, holds none of the characters in ``exclude`` and equals none of ``lines`` (but
+    those with a quote or backslash): the complement of a finite set, written along the trie of
+    ``lines`` (a string either ends early, leaves the trie at some character, or goes on past the
+    end of a line), so its size grows with the lines' length, not its square."""
     trie: dict[str, Any] = {}
     # llguidance lets a JSON escape (\" or \\) through any character class, so a line holding a
     # quote or a backslash cannot be excluded this way (edit_file still refuses old == new)
@@ -216,7 +405,8 @@ def differs_from(lines: list[str], limit: int) -> str:
             node = node.setdefault(c, {})
         node[""] = {}  # the end of a line
 
-    tail = f"[\\s\\S]{{0,{limit - 1}}}"
+    banned = "".join(_literal(c) if c != "\n" else "\\n" for c in exclude)
+    tail = (f"[^{banned}]" if banned else "[\\s\\S]") + f"{{0,{limit - 1}}}"
 
     def branch(node: dict[str, Any], root: bool) -> str:
         children = [c for c in node if c]
@@ -225,9 +415,9 @@ def differs_from(lines: list[str], limit: int) -> str:
             options.append("")  # ends early: a proper prefix of a line
         others = "".join(_literal(c) for c in children)
         if root:
-            options.append(f"[^\\s{others}]{tail}")
+            options.append(f"[^\\s{others}{banned}]{tail}")
         else:
-            options.append((f"[^{others}]" if others else "[\\s\\S]") + tail)
+            options.append((f"[^{others}{banned}]" if others or banned else "[\\s\\S]") + tail)
         options += [_literal(c) + branch(node[c], False) for c in children]
         return "(?:" + "|".join(options) + ")"
 

@@ -389,6 +389,11 @@ def oracle(fixes: dict[tuple[str, str], dict[str, str]]):
         if tool.group(1) == "bash":
             return json.dumps({"command": properties["command"]["const"]})
         path = properties["path"]["const"]
+        if tool.group(1) == "replace_function":  # the function shown, with the reference fix applied
+            source = json.loads('"' + request.drafts[0] + '"')
+            fix = next(f for (p, old), f in fixes.items() if p == path and old in source)
+            return json.dumps({"path": path, "name": properties["name"]["const"],
+                               "source": source.replace(fix["old"], fix["new"])})
         fix = next(f for (p, old), f in fixes.items() if p == path and old.strip() in properties["old"]["enum"])
         return json.dumps({"path": path, "old": fix["old"].strip(), "new": fix["new"].strip()})
     return step
@@ -433,6 +438,80 @@ def test_a_suite_with_scripted_reference_runs_agrees_with_both_graders(tmp_path)
     assert [r.task_success for r in runs] == [True] * 3 and [r.independent_failures for r in runs] == [[]] * 3
 
 
+# -- rewriting the whole function (generated packs) ------------------------------------------------
+
+def test_a_generated_pack_rewrites_the_function_the_failure_names_until_the_tests_pass(tmp_path):
+    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=3)[0])
+    expected = pack.load_expected()
+    fix, name = expected["reference_fix"], expected["function"]
+    assert "replace_function" in pack.task.required_tools and "edit_file" not in pack.task.tool_names
+    original = (pack.root / "workspace" / fix["path"]).read_text()
+    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
+    def_line = function.splitlines()[0]
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    wrong = function.replace(fix["old"], fix["old"] + "  # unchanged in effect")
+    tried = fix["old"].strip() + "  # unchanged in effect"
+    outputs = [json.dumps({"path": p}) for p in read_items(pack)] + [test_run]
+    outputs += [json.dumps({"path": fix["path"], "name": name, "source": def_line + "\n    return (\n"}),  # no parse
+                json.dumps({"path": fix["path"], "name": name, "source": wrong,
+                            "diagnosis": f"The wrong line is `{fix['old'].strip()}`; it must be `{tried}`"}), test_run,
+                json.dumps({"path": fix["path"], "name": name, "source": "  " + function.replace(fix["old"], fix["new"])
+                            .replace("\n", "\n  ")}), test_run,
+                json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path)
+    policy.assert_complete()
+    assert outcome.result.status == "completed" and outcome.result.metrics.task_success is True
+    kinds = [(o.tool, o.ok) for o in outcome.result.observations]
+    assert kinds == [("read_file", True), ("read_file", True), ("bash", True), ("replace_function", False),
+                     ("replace_function", True), ("bash", True), ("replace_function", True), ("bash", True)]
+    assert outcome.result.observations[3].error.code == "bad_source"
+    first, after_wrong = policy.requests[3], policy.requests[6]
+    for request in (first, after_wrong):
+        properties = request.value_schema["properties"]
+        assert properties["path"] == {"const": fix["path"]} and properties["name"] == {"const": name}
+        assert list(properties) == ["path", "name", "diagnosis", "source"]  # the diagnosis is written first
+        assert "diagnosis" in request.value_schema["required"]
+        pattern = properties["source"]["pattern"]  # the def line and the docstring, then the new body
+        assert re.match(pattern, function.replace(fix["old"], fix["new"]))
+        assert not re.match(pattern, "    return 1") and not re.match(pattern, def_line + "\n    return 1")
+        turn = request.messages[-1]["content"]
+        assert f"{name} in {fix['path']}" in turn and "\nE   " in turn  # the source and the failure's values
+        assert f"def {name}(" in json.loads('"' + request.drafts[0] + '"')
+    assert "def " + name not in "".join(d for d in first.drafts[1:])  # the helpers the failure never calls: not offered
+    # after the failed rewrite: the function as the task gave it, the fix tried, and a diagnosis may not propose it again
+    again = after_wrong.messages[-1]["content"]
+    assert f"{name} in {fix['path']} as the task gave it (your rewrites failed):\n{function}" in again
+    assert f"Already tried, the tests still failed: `{tried}`" in again
+    assert json.loads('"' + after_wrong.drafts[0] + '"') == function
+    diagnosis = re.compile(after_wrong.value_schema["properties"]["diagnosis"]["pattern"])
+    wrong_line = f"The wrong line is `{fix['old'].strip()}`; it must be "
+    if '"' not in tried and '"' not in fix["old"]:
+        assert not diagnosis.match(wrong_line + f"`{tried}`") and not diagnosis.match(wrong_line + f"`{fix['old'].strip()}`")
+    assert diagnosis.match(wrong_line + f"`{fix['new'].strip()}`")
+    assert "bad_source" in policy.requests[4].messages[-1]["content"]  # the syntax error is the model's feedback
+    assert fix["new"] in (tmp_path / "run" / "workspace" / fix["path"]).read_text()  # re-indented to column 0
+
+
+def test_the_failure_detail_shows_the_failing_line_and_its_values():
+    from agent.contracts import Observation
+    from agent.workspace_evidence import failure_detail
+
+    report = ("F.\n===== FAILURES =====\n____ test_a ____\ntests/test_a.py:7: in test_a\n    assert f(80) == 72\n"
+              "E   assert 80 == 72\nE     \nE     comparison failed\n____ test_b ____\nsrc/a.py:3: in g\n"
+              "    return 1 / x\nE   ZeroDivisionError: division by zero\n===== short test summary info =====\n"
+              "FAILED tests/test_a.py::test_a - assert 80 == 72\n")
+    run_obs = Observation(id="obs-bash-3", tool="bash", ok=True, result={"exit_code": 1, "stdout": report})
+    assert failure_detail(run_obs) == ["tests/test_a.py:7: in test_a", "    assert f(80) == 72", "E   assert 80 == 72",
+                                       "so f(80) returned 80; the test expects 72",
+                                       "src/a.py:3: in g", "E   ZeroDivisionError: division by zero"]
+    truth = ("===== FAILURES =====\n____ test_a ____\ntests/test_a.py:9: in test_a\n    assert not is_ok(17)\n"
+             "E   assert not True\nE    +  where True = is_ok(17)\n===== 1 failed =====\n")
+    run_obs = Observation(id="obs-bash-3", tool="bash", ok=True, result={"exit_code": 1, "stdout": truth})
+    assert failure_detail(run_obs)[-1] == "so is_ok(17) returned True; the test expects a false value"
+    plain = Observation(id="obs-bash-4", tool="bash", ok=True, result={"exit_code": 2, "stderr": "boom"})
+    assert failure_detail(plain) == ["exit 2: boom"]
+
+
 # -- the pure parts ---------------------------------------------------------------------------------
 
 def test_differs_from_admits_every_string_but_the_lines():
@@ -444,6 +523,9 @@ def test_differs_from_admits_every_string_but_the_lines():
     for other in ("if total >= 50:", "return total + 1", "return tota", "r", "best = values[1]", "return total\nx"):
         assert pattern.match(other), other
     assert not pattern.match(" return total") and not pattern.match("") and not pattern.match("r" + "x" * 40)
+    bounded = re.compile(differs_from(lines, 20, exclude="`\n"))  # a fix inside backticks ends at its backtick
+    assert bounded.match("return total + 1") and not bounded.match("return total")
+    assert not bounded.match("return 1` and more") and not bounded.match("return 1\nx") and not bounded.match("`")
 
 
 def test_the_failure_summary_names_the_error_first():
@@ -458,3 +540,17 @@ def test_the_failure_summary_names_the_error_first():
     failed = "E   assert 3 == 2\nFAILED tests/test_a.py::test_a - assert 3 == 2\n1 failed"
     assert failure_summary(run_of(failed)) == "exit 1: assert 3 == 2"
     assert failure_summary(run_of("")) == "exit 1: no output"
+
+
+def test_a_rewrite_starts_with_the_old_def_line_and_docstring():
+    from agent.workspace_evidence import def_line_pattern
+
+    source = 'def f(x, y=[1]):\n    """Twice x, e.g. f(2) == 4."""\n    return x + x'
+    pattern = re.compile(def_line_pattern(source))
+    assert pattern.match(source) and pattern.match(source.replace("x + x", "2 * x"))
+    assert not pattern.match('def f(x, y=[1]):\n    return 2 * x')  # the docstring is the spec: kept
+    assert not pattern.match('def f(x):\n    """Twice x, e.g. f(2) == 4."""\n    return 2 * x')
+    plain = re.compile(def_line_pattern("    def g(self):\n        return 1"))  # a method, without a docstring
+    assert plain.match("def g(self):\n    return 2") and not plain.match("def h(self):\n    return 2")
+    assert def_line_pattern('@cache\ndef f(x):\n    return x') == def_line_pattern('def f(x):\n    "a\\\\b"\n    return x') \
+        == r"^[\s\S]*$"  # decorators or a backslash: no pattern holds them safely

@@ -189,6 +189,45 @@ def test_edit_file_says_why_it_did_not_apply(ctx, repo):
     assert tree(repo[0]) == {**before, "blob.bin": b"\x00abc"}
 
 
+# -- replace_function ------------------------------------------------------------------------------
+
+def test_replace_function_rewrites_one_whole_function_indented_where_it_stands(ctx, repo):
+    result = call(ctx, "replace_function", path="src/app.py", name="add", source="def add(a, b):\n    return a + b")
+    assert (result["name"], result["start_line"], result["end_line"]) == ("add", 1, 2)
+    assert (repo[0] / "src/app.py").read_text() == APP.replace("return a - b", "return a + b", 1)
+    assert "   2|     return a + b" in REGISTRY.get("replace_function").render(result)
+    # a method, written at column 0 with its body indented by 2 and surrounded by blank lines
+    (repo[0] / "src/shapes.py").write_text(
+        "class Box:\n    @property\n    def area(self):\n        return self.w + self.h\n\n    def name(self):\n"
+        "        return 'box'\n")
+    call(ctx, "replace_function", path="src/shapes.py", name="Box.area",
+         source="\n  def area(self):\n    return self.w * self.h\n\n")
+    assert (repo[0] / "src/shapes.py").read_text() == (
+        "class Box:\n    @property\n    def area(self):\n      return self.w * self.h\n\n    def name(self):\n"
+        "        return 'box'\n")  # moved as a block; the decorator kept, the next method untouched
+
+
+def test_replace_function_refuses_what_is_not_one_whole_parsing_definition(ctx, repo):
+    before = tree(repo[0])
+    broken = refused(ctx, "replace_function", path="src/app.py", name="add",
+                     source="def add(a, b):\n    return (a +\n")
+    assert broken.code == "bad_source" and "line 2" in broken.message and "nothing was written" in broken.message
+    body = refused(ctx, "replace_function", path="src/app.py", name="add", source="return a + b")
+    assert body.code == "bad_source" and "def add(" in body.message
+    other = refused(ctx, "replace_function", path="src/app.py", name="add", source="def plus(a, b):\n    return a + b")
+    assert other.code == "bad_source" and "def plus" in other.message
+    two = refused(ctx, "replace_function", path="src/app.py", name="add",
+                  source="def add(a, b):\n    return a + b\nx = 1")
+    assert two.code == "bad_source"
+    missing = refused(ctx, "replace_function", path="src/app.py", name="mul", source="def mul(a, b):\n    return a * b")
+    assert missing.code == "function_missing" and "add, sub" in missing.message
+    same = refused(ctx, "replace_function", path="src/app.py", name="sub", source="def sub(a, b):\n    return a - b")
+    assert same.code == "edit_not_applied"
+    protected = refused(ctx, "replace_function", path="tests/test_app.py", name="test_add", source="def test_add():\n    pass")
+    assert protected.code == "protected_path"
+    assert tree(repo[0]) == before
+
+
 # -- glob and grep ---------------------------------------------------------------------------------
 
 def test_glob_matches_at_any_depth_and_is_bounded(ctx, repo):

@@ -2,7 +2,7 @@
 
 ``base`` holds the contract (``Tool``, ``ToolRegistry``, the errors); each other module is one tool
 and ends with its ``TOOL`` -- or, for the workspace tools, one concept with its ``TOOLS``: ``files``
-(read_file, write_file, edit_file, glob, grep) and ``shell`` (bash), which work in a run's workspace
+(read_file, write_file, edit_file, replace_function, glob, grep) and ``shell`` (bash), which work in a run's workspace
 and sandbox (``WORKSPACE_TOOLS``; see ``agent/workspace.py``). ``catalog()`` is every local tool; a
 run gets ``registry_for(names)``, the tools its pack uses. Adding a tool is one entry in ``_LOCAL_TOOLS``, or, for a tool that is not
 part of the package, one ``register`` call on the registry passed to ``run_agent``.
@@ -19,7 +19,7 @@ __all__ = ["ArgumentError", "StrictArgs", "Tool", "ToolContext", "ToolError", "T
            "WORKSPACE_TOOLS", "catalog", "compact_schema", "default_registry", "registry_for"]
 
 #: tools that need a run's workspace and sandbox (``workspace.bind``)
-WORKSPACE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "glob", "grep", "bash"})
+WORKSPACE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "replace_function", "glob", "grep", "bash"})
 
 
 def catalog() -> ToolRegistry:

@@ -1,4 +1,5 @@
-"""read_file, write_file, edit_file, glob and grep: the workspace's files, each operation in the sandbox.
+"""read_file, write_file, edit_file, replace_function, glob and grep: the workspace's files, each
+operation in the sandbox.
 
 Every operation is ``tools/workspace_ops.py`` run as a script inside the run's sandbox (``python -I
 -S -c SOURCE``, the request on stdin, the reply on stdout): the descriptor-based path rules hold in
@@ -9,6 +10,11 @@ and to ``.git``, with a message the model can act on.
 
 A result is shown to the model compactly (``render``): a file as numbered lines (``  12| text``; the
 number is not part of the file), an edit as the lines around the change.
+
+``replace_function`` exists because a small coder model rewrites a whole small function far more
+reliably than it writes an exact old/new snippet: it names a function and gives its complete new
+definition, which is parsed before anything is written (a syntax error is a failed Observation naming
+the line) and indented where the original stands.
 """
 
 from __future__ import annotations
@@ -162,6 +168,40 @@ EDIT_FILE = Tool(
 )
 
 
+# -- replace_function ---------------------------------------------------------------------------
+
+class ReplaceFunctionArgs(StrictArgs):
+    """Replace one whole function of a Python file of the workspace with a new complete definition."""
+
+    path: str = Field(min_length=1, max_length=ops.MAX_PATH_CHARS, description="Relative to the workspace.")
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+                      description="The function's name (Class.method for a method).")
+    diagnosis: str | None = Field(default=None, max_length=300,
+                                  description="One line: which line of the function is wrong and why.")
+    source: str = Field(min_length=1, max_length=20_000,
+                        description="The complete new definition, from its def line to the end of its body.")
+
+
+def _replace_function(ctx: ToolContext, args: ReplaceFunctionArgs, cancel: threading.Event) -> dict[str, Any]:
+    rel = check_writable(ctx, args.path)
+    result = run_op(ctx, "replace_function", {"path": rel, "name": args.name, "source": args.source}, cancel)
+    return {**result, "diagnosis": args.diagnosis} if args.diagnosis else result
+
+
+REPLACE_FUNCTION = Tool(
+    name="replace_function",
+    args_model=ReplaceFunctionArgs,
+    execute=_replace_function,
+    timeout_seconds=OP_TIMEOUT_SECONDS + 5,
+    digest=lambda r: [r.get("path"), r.get("name"), r.get("snippet")],
+    render=lambda r: f"replaced {r.get('name')} in {r.get('path')} (lines {r.get('start_line')}-{r.get('end_line')}); now:\n"
+                     f"{r.get('snippet', '')}",
+    hint="name: the function to change; diagnosis: which line is wrong and why; source: its whole fixed definition "
+         "(def line and body).",
+    summary="The code must change: rewrite the function.",
+)
+
+
 # -- glob ---------------------------------------------------------------------------------------
 
 class GlobArgs(StrictArgs):
@@ -221,4 +261,4 @@ GREP = Tool(
     summary="Search the workspace for the code the task is about.",
 )
 
-TOOLS = (READ_FILE, WRITE_FILE, EDIT_FILE, GLOB, GREP)
+TOOLS = (READ_FILE, WRITE_FILE, EDIT_FILE, REPLACE_FUNCTION, GLOB, GREP)

@@ -111,7 +111,7 @@ def approve(ctx: ToolContext, command: str, cancel: threading.Event) -> dict[str
         if ctx.deadline is not None:
             deadline = min(deadline, ctx.deadline)
         verdict = ask_operator(ctx.approver, ApprovalRequest(tool="bash", command=command, level=grade.level,
-                                                             reason=grade.reason, deadline=deadline), cancel)
+                                                             reason=grade.reason, deadline=deadline), cancel, ctx.emit)
         decision, by = ("run" if verdict == "approved" else "refuse"), f"operator:{verdict}"
     outcome = {"level": grade.level, "reason": grade.reason, "decision": decision, "by": by}
     if ctx.emit is not None:

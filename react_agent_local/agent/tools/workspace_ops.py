@@ -19,6 +19,7 @@ Errors are ``OpError(code, message)`` with a message the model can act on.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import errno
 import fnmatch
@@ -377,6 +378,103 @@ def op_edit(root_fd: int, path: str, old: str, new: str) -> dict[str, Any]:
             "snippet": numbered(new_lines[lo - 1:hi], lo)}
 
 
+# -- replace a whole function ---------------------------------------------------------------------
+
+def definitions(text: str) -> dict[str, list[tuple[int, int, int, int]]]:
+    """Qualified name (``f``, ``Class.method``) -> (first line with decorators, def line, last line,
+    column) of each function the module defines at its top or in its classes (a function inside a
+    function is part of that function). Raises SyntaxError/ValueError when ``text`` does not parse."""
+    found: dict[str, list[tuple[int, int, int, int]]] = {}
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                found.setdefault(prefix + node.name, []).append(
+                    (first, node.lineno, node.end_lineno or node.lineno, node.col_offset))
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + node.name + ".")
+
+    visit(ast.parse(text).body, "")
+    return found
+
+
+def function_source(text: str, name: str) -> str | None:
+    """The source of function ``name`` (decorators included) as the file has it; None when the file
+    does not parse or defines no single function of that name."""
+    try:
+        spans = definitions(text).get(name) or []
+    except (SyntaxError, ValueError):
+        return None
+    if len(spans) != 1:
+        return None
+    first, _, last, _ = spans[0]
+    return "\n".join(text.splitlines()[first - 1:last])
+
+
+def _syntax_message(exc: SyntaxError, lines: list[str]) -> str:
+    number = exc.lineno or 0
+    shown = lines[number - 1].strip() if 0 < number <= len(lines) else ""
+    return f"line {number} of source: {exc.msg}" + (f": {shown[:120]!r}" if shown else "")
+
+
+def normalized_definition(source: str, name: str, column: int) -> list[str]:
+    """``source`` as lines of one whole definition of ``name`` at ``column``: dedented as a block
+    (a small model indents its text its own way), re-indented to where the original def stands.
+    OpError ``bad_source`` naming the line when it does not parse or is not that one definition."""
+    lines = source.expandtabs(4).strip("\n").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    depth = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+    lines = [line[depth:] if line.strip() else "" for line in lines]
+    try:
+        tree = ast.parse("\n".join(lines) + "\n")
+    except SyntaxError as exc:
+        raise OpError("bad_source", _syntax_message(exc, lines) + "; nothing was written") from None
+    except ValueError as exc:
+        raise OpError("bad_source", f"source does not parse: {exc}; nothing was written") from None
+    short = name.rpartition(".")[2]
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if len(tree.body) != 1 or len(defs) != 1 or defs[0].name != short:
+        got = ", ".join(type(n).__name__ if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        else f"def {n.name}" for n in tree.body) or "nothing"
+        raise OpError("bad_source", f"source must be exactly one whole definition `def {short}(...):` with its body "
+                                    f"(it holds: {got}); nothing was written")
+    return [" " * column + line if line else "" for line in lines]
+
+
+def op_replace_function(root_fd: int, path: str, name: str, source: str) -> dict[str, Any]:
+    parts = split_path(path)
+    shown = "/".join(parts)
+    text = read_text(root_fd, parts)
+    try:
+        spans = definitions(text)
+    except (SyntaxError, ValueError) as exc:
+        raise OpError("file_does_not_parse", f"'{shown}' does not parse ({exc}); repair it with edit_file") from None
+    if name not in spans:
+        known = ", ".join(sorted(spans)[:20]) or "none"
+        raise OpError("function_missing", f"'{shown}' defines no function {name!r} (it defines: {known})")
+    if len(spans[name]) > 1:
+        raise OpError("function_ambiguous", f"'{shown}' defines {name!r} {len(spans[name])} times")
+    first, def_line, last, column = spans[name][0]
+    new = normalized_definition(source, name, column)
+    if not new[0].lstrip().startswith("@"):
+        first = def_line  # a definition without decorators keeps the original's
+    lines = text.splitlines()
+    updated_lines = lines[:first - 1] + new + lines[last:]
+    updated = "\n".join(updated_lines) + ("\n" if text.endswith("\n") or not text else "")
+    if updated == text:
+        raise OpError("edit_not_applied", f"source is {name} as the file has it already: nothing would change")
+    try:
+        ast.parse(updated)
+    except SyntaxError as exc:  # e.g. a definition the class around it cannot hold
+        raise OpError("bad_source", f"'{shown}' would not parse: line {exc.lineno}: {exc.msg}; nothing was written") from None
+    write_bytes(root_fd, parts, updated.encode("utf-8"))
+    before = "\n".join(lines[spans[name][0][0] - 1:last])
+    return {"path": shown, "name": name, "start_line": first, "end_line": first + len(new) - 1,
+            "lines_now": len(updated_lines), "snippet": numbered(new, first), "before": before}
+
+
 def op_glob(root_fd: int, pattern: str) -> dict[str, Any]:
     wanted = pattern_parts(pattern)
     matches, more = [], False
@@ -467,7 +565,8 @@ def digest(hashes: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(sorted(hashes.items())).encode("utf-8")).hexdigest()
 
 
-OPERATIONS = {"read": op_read, "write": op_write, "edit": op_edit, "glob": op_glob, "grep": op_grep}
+OPERATIONS = {"read": op_read, "write": op_write, "edit": op_edit, "replace_function": op_replace_function,
+              "glob": op_glob, "grep": op_grep}
 
 
 def perform(root_fd: int, op: str, args: dict[str, Any]) -> dict[str, Any]:

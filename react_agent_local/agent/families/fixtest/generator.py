@@ -39,13 +39,14 @@ GOALS = (
 )
 HINTS = {
     "read_file": "Read the file named above.",
-    "edit_file": "old: the one line with the bug, as the file shows it (without the line number); "
-                 "new: that line fixed. The line keeps its indentation.",
+    "replace_function": "diagnosis: the line of the code that is wrong, and what it must be instead so that "
+                        "the function does what its docstring says. source: the whole function with that line "
+                        "changed.",
     "bash": "Run the tests.",
 }
 SUMMARIES = {
     "read_file": "A file the task names has not been read yet: read it.",
-    "edit_file": "Fix the bug: replace the wrong line.",
+    "replace_function": "Fix the bug: rewrite the function.",
     "bash": "Run the tests on the current files.",
     "final": "The tests passed after the last change: finish.",
 }
@@ -83,7 +84,7 @@ def pack_files(name: str, case: Case, rng: random.Random, package: str, module: 
                    + render_test(case.name, case.hidden, "_more_cases"))
     task = {
         "id": name, "goal": goal.format(test=test, src=src, cmd=TEST_COMMAND, f=case.name),
-        "required_tools": ["read_file", "edit_file", "bash"], "mode": "guided",
+        "required_tools": ["read_file", "replace_function", "bash"], "mode": "guided",
         "subgoals": {"read_file": [test, src]}, "answer_form": ANSWER_FORM, "hints": HINTS, "summaries": SUMMARIES,
         "workspace": {"template": "workspace", "protected": PROTECTED, "test_command": TEST_COMMAND},
     }
