@@ -9,7 +9,8 @@ import pytest
 
 from agent.shell_risk import ApprovalPolicy, RiskGrade, decide, grade_command
 
-WORKSPACE = "/work/repo"
+# An example workspace path: the grader only compares paths, nothing is created or read.
+WORKSPACE = "/srv/example-project"
 
 TABLE: list[tuple[str, str]] = [
     # read-only: plain commands joined by && || ; | on the allowlist
@@ -86,7 +87,7 @@ TABLE: list[tuple[str, str]] = [
     ("tar xzf archive.tgz", "workspace_write"),
     ("npm test", "workspace_write"),
     ("echo x > /tmp/scratch.txt", "workspace_write"),
-    ("echo x > /work/repo/notes.txt", "workspace_write"),
+    (f"echo x > {WORKSPACE}/notes.txt", "workspace_write"),
     ("dd if=notes.txt of=copy.txt", "workspace_write"),
     # network
     ("curl https://example.com", "network"),
@@ -276,9 +277,9 @@ def test_reason_names_the_construct() -> None:
 
 
 def test_absolute_paths_need_the_workspace_to_be_known() -> None:
-    assert grade_command("cat /work/repo/a.txt").level == "unknown"
-    assert grade_command("cat /work/repo/a.txt", workspace=WORKSPACE).level == "read_only"
-    assert grade_command("cat /work/repo-other/a.txt", workspace=WORKSPACE).level == "unknown"
+    assert grade_command(f"cat {WORKSPACE}/a.txt").level == "unknown"
+    assert grade_command(f"cat {WORKSPACE}/a.txt", workspace=WORKSPACE).level == "read_only"
+    assert grade_command(f"cat {WORKSPACE}-other/a.txt", workspace=WORKSPACE).level == "unknown"
 
 
 def test_oversized_and_empty_scripts() -> None:
