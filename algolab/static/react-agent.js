@@ -317,6 +317,9 @@
     inspect: null,       // {key, ok, data}
     budgetLimits: {},    // key -> {min, max, exclusiveMin}
     run: null,           // see newRun()
+    session: null,       // the conversation of follow-up questions, see sendFollowup()
+    sending: false,      // a follow-up is being submitted
+    followupError: '',
   };
 
   function newRun(id, status) {
@@ -622,6 +625,7 @@
     $('start-reason').textContent = reasons.length ? '不能启动：' + reasons.join('；')
       : '准备就绪：启动后浏览器通过 SSE 事件流跟随运行（打不开时改为每 500 ms 按 after_seq 增量轮询）。';
     $('model-inspect').disabled = !S.runner;
+    renderFollowup(S.run);
   }
 
   async function startRun() {
@@ -641,6 +645,8 @@
       return;
     }
     S.run = newRun(String(res.data.id), res.data.status);
+    S.session = null;  // a new run starts a new conversation
+    S.followupError = '';
     $('run-explain').hidden = true;
     renderRun();
     updateStartButton();
@@ -881,6 +887,7 @@
     renderTimeline(events);
     renderMetrics(run);
     renderChart(run, events);
+    renderFollowup(run);
   }
 
   function renderBudget(events) {
@@ -1033,6 +1040,12 @@
       return;
     }
     const cards = [];
+    const turn = turnOfRun(S.run);
+    if (turn && turn.turn > 1) {  // a follow-up: its question first, then its steps like any run's
+      cards.push(el('div', { class: 'tl-card tl-head tl-turn' }, el('div', { class: 'tl-step', text: '第 ' + turn.turn + ' 轮' }),
+        el('div', { class: 'tl-body' }, el('div', { class: 'tl-row' }, el('span', { class: 'tl-k', text: '追问' }),
+          el('span', { class: 'tl-v', text: turn.message })))));
+    }
     const load = head.filter((e) => e.type.startsWith('model.load'));
     if (load.length) {
       const last = load[load.length - 1];
@@ -1335,6 +1348,86 @@
     }
   }
 
+  // Follow-up questions ----------------------------------------------------------------------
+  // The first follow-up makes the page's run turn 1 of a runner session (POST /agent/sessions with
+  // from_run); each follow-up is the session's next turn (POST /agent/sessions/{id}/turns), a run of
+  // its own that the page follows like any run, whose Final may cite the earlier turns' evidence.
+  // S.session = {id, runnerBase, turns: [{turn, message, runId, final, status}]}.
+
+  function turnOfRun(run) {
+    return S.session && run ? S.session.turns.find((t) => t.runId === run.id) || null : null;
+  }
+
+  function followupBlockers(run) {
+    const reasons = [];
+    if (!run || !TERMINAL.has(run.status)) reasons.push('等这一轮运行结束');
+    if (!S.runner || !run || run.runnerBase !== S.runner) reasons.push('先连接运行这次 Run 的 Runner');
+    else if (!S.inspect || !S.inspect.ok || S.inspect.key !== inspectKey()) reasons.push('先检查模型（“检查模型”通过后才能追问）');
+    if (!S.session && !checkBudgets().ok) reasons.push('预算超出允许范围');
+    if (S.sending) reasons.push('正在提交追问');
+    return reasons;
+  }
+
+  function renderFollowup(run) {
+    const box = $('followup');
+    const current = turnOfRun(run);
+    if (current) {
+      current.status = run.status;
+      if (TERMINAL.has(run.status)) current.final = run.final;
+    }
+    box.hidden = !(run && (TERMINAL.has(run.status) || current));
+    if (box.hidden) return;
+    clear($('followup-turns'), (S.session ? S.session.turns : []).map((t) => el('li', { dataset: { turn: String(t.turn) } },
+      el('div', { class: 'ft-head', text: '第 ' + t.turn + ' 轮 · ' + (STATUS_TEXT[t.status] || t.status || '') + (t.runId ? ' · run ' + t.runId : '') }),
+      el('div', { class: 'ft-message', text: '问：' + t.message }),
+      el('div', { class: 'ft-answer', text: t.final && t.final.answer ? '答：' + t.final.answer
+        : (TERMINAL.has(t.status) || t.status === 'finished' ? '没有被接受的 Final Answer' : '进行中…') }))));
+    const blockers = followupBlockers(run);
+    $('followup-send').disabled = blockers.length > 0 || !$('followup-input').value.trim();
+    const state = $('followup-state');
+    state.className = S.followupError ? 'error-text small' : 'muted small';
+    state.textContent = S.followupError || (blockers.length ? '暂不能追问：' + blockers.join('；')
+      : S.session ? '会话 ' + S.session.id + ' · 已有 ' + S.session.turns.length + ' 轮；下一轮可以引用前几轮的证据。'
+        : '追问会让这次运行成为一个会话的第 1 轮，再运行第 2 轮。');
+  }
+
+  async function sendFollowup() {
+    const run = S.run;
+    const message = $('followup-input').value.split(/\s+/).filter(Boolean).join(' ');
+    if (!message || followupBlockers(run).length) { renderFollowup(run); return; }
+    const failed = (what, res) => what + (res.error ? res.error.code + ' · ' + res.error.message : '响应缺少 id');
+    S.sending = true;
+    S.followupError = '';
+    renderFollowup(run);
+    try {
+      if (!S.session) {
+        const res = await runnerFetch(run.runnerBase, '/agent/sessions', { method: 'POST',
+          body: { ...modelFields(), budgets: checkBudgets().budgets, from_run: run.id } });
+        if (S.run !== run) return;
+        if (!res.ok || !res.data || !res.data.id) { S.followupError = failed('未能创建会话：', res); return; }
+        S.session = { id: String(res.data.id), runnerBase: run.runnerBase,
+          turns: (res.data.turns || []).map((t) => ({ turn: Number(t.turn), message: String(t.message || ''),
+            runId: t.run_id ? String(t.run_id) : null, final: t.final || null, status: t.run_id === run.id ? run.status : t.state })) };
+      }
+      const session = S.session;
+      const res = await runnerFetch(session.runnerBase, '/agent/sessions/' + encodeURIComponent(session.id) + '/turns',
+        { method: 'POST', body: { message, ...modelFields() } });
+      if (S.session !== session) return;
+      if (!res.ok || !res.data || !res.data.run_id) { S.followupError = failed('追问未开始：', res); return; }
+      const last = session.turns[session.turns.length - 1];
+      session.turns.push({ turn: (last ? last.turn : 0) + 1, message, runId: String(res.data.run_id), final: null,
+        status: (res.data.run && res.data.run.status) || 'queued' });
+      $('followup-input').value = '';
+      S.run = newRun(String(res.data.run_id), res.data.run && res.data.run.status);
+      $('run-explain').hidden = true;
+      renderRun();
+      follow(S.run);
+    } finally {
+      S.sending = false;
+      updateStartButton();
+    }
+  }
+
   function exportTrace() {
     const run = S.run;
     if (!run) return;
@@ -1539,6 +1632,11 @@
     $('run-explain-btn').addEventListener('click', explainRun);
     $('approval-approve').addEventListener('click', () => answerApproval('approve'));
     $('approval-deny').addEventListener('click', () => answerApproval('deny'));
+    $('followup-send').addEventListener('click', sendFollowup);
+    $('followup-input').addEventListener('input', () => { S.followupError = ''; renderFollowup(S.run); });
+    $('followup-input').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); sendFollowup(); }
+    });
     renderMetrics(null);
     onRunnerUrlInput();
     updateStartButton();

@@ -18,25 +18,32 @@ any script) and checked, using only the cited successful Observations (and the g
   against a check's threshold (``x op threshold``, or written the other way round, ``70 <= 72``, or
   as its complement, ``62 < 65``) must state that check's value -- and not a rounding of it that
   crosses the threshold (``77 >= 77`` for 76.67) -- and the stated verdict must be the positive one
-  exactly when every check holds.
+  exactly when every check holds;
+* **bound slots** -- a slot of the answer form bound to an expression (``{number:calculator.value}``,
+  ``{name:argmin(record.values)}``) must hold what the expression gives on the cited evidence: the
+  number exactly or rounded to the decimals it is written with (never to a whole number), or, where
+  the binding rounds itself (``{number:round(calculator.value, 2)}``), exactly that rounding; the
+  name as written up to case, spaces and punctuation. The bound values count as evidence for the
+  number rule above.
 
-An operand of a check is a number or a reference to the evidence: ``TOOL.path`` names a field of the
-latest successful Observation of TOOL (``calculator.value``, ``lookup_fact.value``, ``TOOL.data.field``),
-optionally wrapped in ``min``/``max``/``mean``/``sum``/``count`` over a list or an object's values.
+An operand of a check is a number or an expression of the check language (``check_language.py``)
+over the evidence: ``TOOL.path`` names a field of the latest successful Observation of TOOL
+(``calculator.value``, ``lookup_fact.value``, ``TOOL.data.field``), ``record.rules.floor`` a threshold
+of the record the knowledge search read, with arithmetic and ``abs``/``round``/``min``/``max``/
+``mean``/``sum``/``count`` around them.
 """
 
 from __future__ import annotations
 
-import math
 import re
+import unicodedata
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Iterable, Literal, Mapping
 
+from .check_language import evaluate, outer_function
 from .contracts import AnswerGuide, CheckSpec, Observation
-from .numbers import Comparison, asks_rounding, compare, grounded, numbers_in, read_comparisons, read_numbers
+from .numbers import Comparison, asks_rounding, close, compare, grounded, numbers_in, read_comparisons, read_numbers
 
-_FUNCTION = re.compile(r"^(min|max|mean|sum|count)\((.+)\)$")
-_MATCHES = re.compile(r"^matches\(([^,()]+),([^,()]+)\)$")
 SMALL_INTEGER = 10
 
 
@@ -64,52 +71,14 @@ def number_forms(values: Iterable[float]) -> tuple[str, ...]:
     return tuple(forms)
 
 
-def _lookup(path: str, latest_ok: dict[str, Observation]) -> Any:
-    tool, _, rest = path.partition(".")
-    if tool not in latest_ok:
-        # Tool names may themselves hold a dot (``server.tool``): try the longest known name.
-        for name in sorted(latest_ok, key=len, reverse=True):
-            if path.startswith(name + "."):
-                tool, rest = name, path[len(name) + 1:]
-                break
-        else:
-            return None
-    value: Any = latest_ok[tool].result
-    for part in [p for p in rest.split(".") if p]:
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
-
-
-def resolve(operand: float | str, latest_ok: dict[str, Observation]) -> float | None:
-    """The number an operand stands for, or None when the evidence does not (yet) give one."""
+def resolve(operand: float | str, latest_ok: Mapping[str, Observation]) -> float | None:
+    """The number an operand stands for, or None when the evidence does not (yet) give one. A text
+    operand is an expression of the check language (``check_language.py``); text outside it raises
+    ``CheckLanguageError``, the pack's mistake."""
     if isinstance(operand, (int, float)) and not isinstance(operand, bool):
         return float(operand)
-    text = str(operand).strip()
-    pair = _MATCHES.match(text)
-    if pair:  # positions where two lists agree; a record's groups (a dict) stand for their names
-        a, b = (_lookup(part.strip(), latest_ok) for part in pair.groups())
-        a, b = (list(x) if isinstance(x, dict) else x for x in (a, b))
-        if not isinstance(a, list) or not isinstance(b, list):
-            return None
-        return float(sum(1 for x, y in zip(a, b) if x == y))
-    match = _FUNCTION.match(text)
-    value = _lookup(match.group(2).strip() if match else text, latest_ok)
-    if match:
-        items = list(value.values()) if isinstance(value, dict) else value
-        if not isinstance(items, list) or not items or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in items):
-            return None
-        name = match.group(1)
-        return float({"min": min, "max": max, "sum": sum, "count": len,
-                      "mean": lambda xs: sum(xs) / len(xs)}[name](items))
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    value = evaluate(str(operand), latest_ok)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 @dataclass(frozen=True)
@@ -174,7 +143,7 @@ def stated_verdict(answer: str, positive: list[str], negative: list[str], *, pat
     return None
 
 
-ProblemKind = Literal["number", "comparison", "check_missing", "check_value", "verdict", "no_verdict"]
+ProblemKind = Literal["number", "comparison", "check_missing", "check_value", "verdict", "no_verdict", "slot"]
 
 
 @dataclass(frozen=True)
@@ -185,14 +154,109 @@ class Problem:
     text: str
 
 
+# -- bound slots -----------------------------------------------------------------------------------
+
+_SLOT = re.compile(r"\{([^{}]*)\}")
+_BOUND = re.compile(r"^\s*(number|name)\s*:\s*(\S.*?)\s*$", re.DOTALL)
+_SLOT_NUMBER = r"([-+−]?[0-9０-９][0-9０-９,，]*(?:[.．][0-9０-９]+)?\s*%?)"
+
+
+@dataclass(frozen=True)
+class BoundSlot:
+    """A slot of the answer form bound to an expression: ``{number:max(record.values)}``."""
+
+    kind: str  # "number" | "name"
+    expression: str
+
+    def text(self) -> str:
+        return f"{{{self.kind}:{self.expression}}}"
+
+
+def bound_slots(form: str | None) -> list[BoundSlot]:
+    """The bound slots of an answer form, in order."""
+    return [BoundSlot(m.group(1), m.group(2)) for slot in _SLOT.findall(form or "") if (m := _BOUND.match(slot))]
+
+
+def _form_reader(form: str) -> re.Pattern[str]:
+    """A pattern that reads every slot of an answer back out of the answer (one group per slot)."""
+    out, last = [], 0
+    for match in _SLOT.finditer(form):
+        literal = form[last:match.start()]
+        out.append(r"\s*".join(re.escape(part) for part in re.split(r"\s+", literal)))
+        slot = match.group(1).strip()
+        kind = bound.group(1) if (bound := _BOUND.match(slot)) else slot
+        if kind == "number":
+            out.append(_SLOT_NUMBER)
+        elif kind == "name":
+            out.append(r"(.+?)")
+        else:
+            out.append("(" + "|".join(re.escape(o.strip()) for o in slot.split("|")) + ")")
+        last = match.end()
+    out.append(r"\s*".join(re.escape(part) for part in re.split(r"\s+", form[last:])))
+    return re.compile(r"\s*" + "".join(out) + r"\s*", re.DOTALL | re.IGNORECASE)
+
+
+def _name_key(text: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())
+
+
+def latest_of(observations: Iterable[Observation]) -> dict[str, Observation]:
+    """The latest successful Observation of each tool among these (by the position in its id)."""
+    def position(obs: Observation) -> int:
+        tail = obs.id.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+
+    latest: dict[str, Observation] = {}
+    for obs in sorted((o for o in observations if o.ok), key=position):
+        latest[obs.tool] = obs
+    return latest
+
+
+def slot_values(answer: str, form: str | None, evidence: list[Observation]) -> tuple[list[float], list[Problem]]:
+    """The numbers the bound slots stand for (they count as evidence: the runtime worked them out),
+    and the problems of an answer whose bound slot holds something else."""
+    slots = bound_slots(form)
+    if not slots:
+        return [], []
+    latest = latest_of(evidence)
+    expected = [evaluate(slot.expression, latest) for slot in slots]
+    numbers = [float(v) for v in expected if isinstance(v, (int, float))]
+    match = _form_reader(form).fullmatch(answer)
+    if match is None:
+        return numbers, [Problem("slot", "the answer does not follow the answer form, so its bound slots "
+                                 f"cannot be read; write it in exactly this form: {form}"[:300])]
+    problems: list[Problem] = []
+    held_by_slot = [held for slot_text, held in zip(_SLOT.findall(form), match.groups()) if _BOUND.match(slot_text)]
+    for slot, want, held in zip(slots, expected, held_by_slot):
+        if want is None or (slot.kind == "number") != isinstance(want, (int, float)):
+            problems.append(Problem("slot", f"the cited evidence does not give {slot.expression} "
+                                    f"for the {slot.text()} slot; cite the observations it is worked out from"))
+        elif slot.kind == "name":
+            if _name_key(held) != _name_key(str(want)):
+                problems.append(Problem("slot", f"the {slot.text()} slot holds '{held.strip()[:40]}', "
+                                        f"but {slot.expression} is {want}"))
+        else:
+            stated = read_numbers(held)
+            # Exact, or rounded to the decimals written -- unless the binding rounds itself
+            # (round(calculator.value, 2)): then it names the one number the slot must hold.
+            rounds = outer_function(slot.expression) == "round"
+            if not stated or not (close(stated[0].value, float(want)) if rounds
+                                  else grounded(stated[0], [float(want)], whole=False)):
+                problems.append(Problem("slot", f"the {slot.text()} slot holds {held.strip()[:30]}, "
+                                        f"but {slot.expression} is {fmt(float(want))}"))
+    return numbers, problems
+
+
 def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: AnswerGuide | None,
                    checks: list[ResolvedCheck]) -> list[Problem]:
     """Every false claim of the answer, in the order of the module docstring."""
-    problems: list[Problem] = []
+    bound, problems = slot_values(answer, guide.answer_form if guide else None, evidence)
     observed = evidence_readings(evidence) + [c.left for c in checks if c.left is not None] \
-        + [c.right for c in checks if c.right is not None]
+        + [c.right for c in checks if c.right is not None] + bound
     goal_numbers = [r for n in read_numbers(goal) for r in n.readings()]
-    whole = asks_rounding(" ".join([goal, *(guide.hints if guide else []), (guide.answer_form or "") if guide else ""]))
+    # A binding's own text (``round(calculator.value, 2)``) is no request to round what the answer states.
+    form = _SLOT.sub(" ", guide.answer_form or "") if guide else ""
+    whole = asks_rounding(" ".join([goal, *(guide.hints if guide else []), form]))
     ungrounded: set[float] = set()
     for number in read_numbers(answer):
         if number.plain_integer and abs(number.value) <= SMALL_INTEGER or number.value in ungrounded:

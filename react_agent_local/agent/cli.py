@@ -1,5 +1,5 @@
-"""Terminal entry point: ``python -m agent run``, ``python -m agent eval`` (see ``evaluation/``) and
-``python -m agent schemas``.
+"""Terminal entry point: ``python -m agent run``, ``python -m agent eval`` (see ``evaluation/``),
+``python -m agent chat`` / ``sessions`` (see ``sessions/command.py``) and ``python -m agent schemas``.
 
 ``run`` drives the real runtime with a real model -- a local one, or a served one named
 ``openai:BASE_URL#NAME`` / ``anthropic:NAME`` (never the scripted test policy) -- and prints
@@ -278,6 +278,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (PackError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.skills:
+        from .skills import SkillError, with_folders
+        try:
+            pack = with_folders(pack, args.skills)
+        except SkillError as exc:
+            print(f"error: --skills: {exc}. Nothing was run.", file=sys.stderr)
+            return 2
     try:
         spec = model_spec(args)
     except ModelChoiceError as exc:
@@ -299,18 +306,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     def load():
         return load_spec(spec)
 
+    from .tools import WORKSPACE_TOOLS, pack_registry
+    from .tools.skill import TOOL_NAME as SKILL_TOOL
+
     allowed = None
     if args.tools is not None:
         allowed = [t.strip() for t in args.tools.split(",") if t.strip()]
-        extra = [t for t in allowed if t not in pack.task.tool_names]
+        extra = [t for t in allowed if t not in pack.task.tool_names and not (t == SKILL_TOOL and pack.skills)]
         missing = [t for t in pack.task.required_tools if t not in allowed]
         if extra or missing:
             print(f"error: --tools: {'not tools of the pack: ' + ', '.join(extra) if extra else ''}"
                   f"{'; ' if extra and missing else ''}{'the pack needs: ' + ', '.join(missing) if missing else ''}."
                   " Nothing was run.", file=sys.stderr)
             return 2
-
-    from .tools import WORKSPACE_TOOLS
+        if args.skills and SKILL_TOOL not in allowed:
+            print(f"error: --tools leaves out {SKILL_TOOL}, so the skills of --skills could never be loaded."
+                  " Nothing was run.", file=sys.stderr)
+            return 2
 
     if args.workspace is not None and not WORKSPACE_TOOLS & set(pack.task.tool_names):
         print(f"error: --workspace: pack '{pack.name}' uses no workspace tools. Nothing was run.", file=sys.stderr)
@@ -328,7 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(line, flush=True)
 
     outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
-                        allowed_tools=allowed, workspace=workspace)
+                        allowed_tools=allowed, workspace=workspace, tools=pack_registry(pack))
     result = outcome.result
     if not write_events(Path(args.runs_dir) / run_id, outcome.events):
         print("note: the trace could not be saved", file=sys.stderr)
@@ -423,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the trace")
     run.add_argument("--mcp", action="append", default=[], metavar="NAME=COMMAND",
                      help="an MCP server whose tools (NAME.tool) join the run; replaces the pack's server NAME")
+    run.add_argument("--skills", action="append", default=[], metavar="DIR",
+                     help="a folder of skills (<name>/SKILL.md) the model may load, besides the pack's; "
+                          "a skill never adds a tool")
     add_workspace_arguments(run)
     run.set_defaults(func=cmd_run)
     explain = sub.add_parser("explain", help="the local model explains a finished run (its words, not facts)")
@@ -438,6 +453,13 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = sub.add_parser("eval", help="run task packs x seeds with one resident model and write a report")
     evaluation.add_arguments(evaluate)
     evaluate.set_defaults(func=evaluation.main)
+    from .sessions import command as sessions  # conversations: turns of a session (agent/sessions/)
+    chat = sub.add_parser("chat", help="a conversation: user messages from stdin, one turn each, kept as a session")
+    sessions.add_chat_arguments(chat)
+    chat.set_defaults(func=sessions.chat_main)
+    listing = sub.add_parser("sessions", help="list the chat sessions, newest first")
+    sessions.add_list_arguments(listing)
+    listing.set_defaults(func=sessions.list_main)
     from . import mcp_server  # light: the MCP SDK is imported when the server starts
     mcp = sub.add_parser("mcp", help="the package's tools as an MCP server")
     serve = mcp.add_subparsers(dest="mcp_command", required=True).add_parser(

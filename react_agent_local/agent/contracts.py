@@ -71,6 +71,26 @@ class Observation(BaseModel):
     attempted_arguments: dict[str, Any] | None = None
 
 
+CallRepairKind = Literal["envelope", "double_encoded", "in_content", "json_repaired", "parallel_dropped",
+                         "evidence_ids_text"]
+
+
+class CallRepair(BaseModel):
+    """One fix a served model's tool call needed before it could become a Decision
+    (``backends/call_repair.py`` makes them; the trace's ``model.call.repaired`` lists them).
+    It never holds the model's text, only the text's SHA-256."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: CallRepairKind = Field(description="What was repaired: arguments wrapped in a call envelope, encoded "
+                                             "twice, a call written in the text, malformed JSON, extra parallel "
+                                             "calls dropped, or evidence_ids written as one string.")
+    original_sha256: str = Field(pattern=r"^[0-9a-f]{64}$",
+                                 description="SHA-256 of the text the repair started from (never the text).")
+    fields: tuple[str, ...] = Field(default=(), max_length=32,
+                                    description="Argument fields that the repair added, removed or changed.")
+
+
 # --------------------------------------------------------------------------------------------
 # Budgets (R-RT-1)
 # --------------------------------------------------------------------------------------------
@@ -95,6 +115,11 @@ class Usage:
     recoverable: int = 0  # model faults and retryable tool failures the run could recover from
     recovered: int = 0
     pending_recoverable: int = 0  # faults not yet followed by progress
+
+
+#: tokens a model call that writes source code may use at most (a HumanEval solution with its
+#: docstring copied back runs to 300-600 tokens)
+CODE_MAX_NEW_TOKENS = 1024
 
 
 class Budgets(BaseModel):
@@ -141,9 +166,11 @@ class Budgets(BaseModel):
             return reason
         return "tool_budget" if usage.tool_calls >= self.max_tool_calls else None
 
-    def new_tokens(self, usage: Usage) -> int:
-        """max_new_tokens of the next model call: tightened by the output tokens left."""
-        return max(1, min(self.decision_max_new_tokens, self.max_output_tokens - usage.output_tokens))
+    def new_tokens(self, usage: Usage, code: bool = False) -> int:
+        """max_new_tokens of the next model call: tightened by the output tokens left. A call that
+        writes source code (a whole file or function) may use ``CODE_MAX_NEW_TOKENS``."""
+        limit = max(self.decision_max_new_tokens, CODE_MAX_NEW_TOKENS) if code else self.decision_max_new_tokens
+        return max(1, min(limit, self.max_output_tokens - usage.output_tokens))
 
     def remaining(self, usage: Usage, *, now: float, deadline: float) -> dict[str, Any]:
         return {
@@ -322,6 +349,15 @@ class TaskSpec(BaseModel):
                                              description="MCP servers whose tools join the run's registry.")
     workspace: WorkspaceSpec | None = Field(
         default=None, description="The repository the workspace tools work in (fix-the-failing-test packs).")
+    skills: list[str] = Field(
+        default_factory=list, max_length=8,
+        description="Folders of the pack holding skills (<name>/SKILL.md, see agent/skills.py): the model "
+                    "may load them with load_skill; they never add a tool.")
+
+    @field_validator("skills")
+    @classmethod
+    def _skill_folders(cls, folders: list[str]) -> list[str]:
+        return [_relative_path(folder) for folder in folders]
 
     @property
     def tool_names(self) -> list[str]:

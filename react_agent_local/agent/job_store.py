@@ -119,6 +119,7 @@ class Job:
     disk_bytes: int = 0
     cancel: threading.Event = field(default_factory=threading.Event)
     run_request: RunRequest | None = None  # in memory only, dropped when the job ends
+    run_fn: RunFunction | None = field(default=None, repr=False)  # this job's own; in memory, dropped when it ends
     # The event log beside ``events``: each event's seq, its stored JSON (no newline) and the
     # wall-clock time it was recorded; appended under ``lock``, never mutated, trimmed together.
     seqs: list[int] = field(default_factory=list)
@@ -328,9 +329,12 @@ class JobStore:
 
     # ---------------------------------------------------------------- public API (HTTP side)
 
-    def submit(self, run_request: RunRequest, model: dict[str, Any],
-               workspace: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Queue a job. ``workspace``: its public plan (``RunnerWorkspace.plan``), None without workspace tools."""
+    def submit(self, run_request: RunRequest, model: dict[str, Any], workspace: dict[str, Any] | None = None, *,
+               public: dict[str, Any] | None = None,
+               run_for: Callable[[str], RunFunction] | None = None) -> dict[str, Any]:
+        """Queue a job. ``workspace``: its public plan (``RunnerWorkspace.plan``), None without workspace tools.
+        ``public``: more public fields of its request. ``run_for(job_id)``: the job's own run function, called
+        like the store's (a session's turn: ``agent/session_routes.py``)."""
         spec = run_request.model
         public_request = {
             "pack": run_request.pack or "default",
@@ -344,6 +348,7 @@ class JobStore:
         }
         if workspace is not None:
             public_request["workspace"] = dict(workspace)
+        public_request.update(public or {})
         with self._lock:
             if self._closed:
                 raise QueueFull("the runner is shutting down")
@@ -356,7 +361,7 @@ class JobStore:
                 raise QueueFull(f"{len(self._queued_ids)} jobs are already queued; try again later")
             job_id = self._new_id()
             job = Job(id=job_id, created_at=_now(), request=redact(public_request), model=redact(dict(model)),
-                      run_request=run_request)
+                      run_request=run_request, run_fn=run_for(job_id) if run_for is not None else None)
             self._job_dir(job_id).joinpath("artifacts").mkdir(parents=True, exist_ok=True)
             self._persist(job)
             self._jobs[job_id] = job
@@ -545,9 +550,9 @@ class JobStore:
             plan = job.request.get("workspace")
             if plan:
                 narrowed["workspace"] = self.workspace.options(plan, self.approvals.approver(job.id, job.cancel))
-            outcome = self._run_fn(pack, policy, budgets, sampling=job.run_request.sampling, **narrowed,
-                                   artifact_dir=self._job_dir(job.id) / "artifacts",
-                                   cancel=job.cancel, sink=sink)
+            run = job.run_fn or self._run_fn
+            outcome = run(pack, policy, budgets, sampling=job.run_request.sampling, **narrowed,
+                          artifact_dir=self._job_dir(job.id) / "artifacts", cancel=job.cancel, sink=sink)
             result = outcome.result
             dump = lambda m: redact(m.model_dump(mode="json")) if m is not None else None  # noqa: E731
             self._seal(job, result.status, result.stop_reason, error=dump(result.error),
@@ -659,6 +664,7 @@ class JobStore:
             job.final, job.metrics, job.error = final, metrics, error
             job.finished_at = job.finished_at or _now()
             job.run_request = None  # forget the model path
+            job.run_fn = None
         self._persist(job)
         job.disk_bytes = _dir_bytes(self._job_dir(job.id))
 

@@ -24,10 +24,14 @@ Exceptions::
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+
+if TYPE_CHECKING:
+    from .contracts import CallRepair
 
 FinishReason = Literal["stop", "length", "deadline", "cancelled"]
 
@@ -63,6 +67,10 @@ class ModelRequest:
     #: Text the model will likely copy (e.g. the observed values a chart plots): a backend may propose
     #: it as a draft and verify it in one batch. It never changes what is sampled, only how fast.
     drafts: tuple[str, ...] = ()
+    #: the property of ``value_schema`` (an object) written as a fenced code block after the JSON of
+    #: the others (``code_value`` reads the two back into one object); a backend without grammars
+    #: ignores it (the runtime validates whatever it gets)
+    code_field: str | None = None
 
     def should_stop(self) -> FinishReason | None:
         if self.cancel.is_set():
@@ -108,16 +116,74 @@ class DecisionRequest:
             self._turn = turn_text(self.state, self.branch, self.tools, self.repair_error)
         return self._turn
 
-    def continuation(self) -> "ModelRequest":
-        """The request as a prefix continuation: messages, the branch's prefix, its value schema."""
+    def continuation(self, code_blocks: bool = False) -> "ModelRequest":
+        """The request as a prefix continuation: messages, the branch's prefix, its value schema.
+
+        With ``code_blocks`` (a backend that can constrain a code block) a branch's code argument is
+        asked for as a fenced block after the other arguments, and the turn says so."""
         greedy = self.purpose == "repair"  # a repair should be the model's likeliest fix
+        temperature = 0.0 if greedy else self.sampling.temperature
+        top_p, top_k = self.sampling.top_p, self.sampling.top_k
+        if getattr(self.branch, "explore", False) and not greedy:
+            # the likeliest answer failed already: a wider draw (top-p 0.8 alone kept the 1.5B's
+            # failed body token for token at temperature 0.7)
+            temperature, top_p, top_k = max(temperature, EXPLORE_TEMPERATURE), max(top_p, 0.95), max(top_k, 50)
+        schema = self.branch.value_schema(self.tools)
+        code = self.branch.code_field if code_blocks and _has_property(schema, self.branch.code_field) else None
+        messages = self.messages()
+        drafts = self.branch.drafts
+        if code is not None:
+            messages[-1] = {**messages[-1], "content": messages[-1]["content"] + "\n" + CODE_BLOCK_INSTRUCTION.format(
+                field=code)}
+            drafts = tuple(_unescaped(d) for d in drafts)  # the block holds the text itself, not its JSON
         return ModelRequest(
-            messages=self.messages(), prefix=self.branch.prefix, value_schema=self.branch.value_schema(self.tools),
+            messages=messages, prefix=self.branch.prefix, value_schema=schema,
             suffix=self.branch.suffix, max_new_tokens=self.max_new_tokens,
-            temperature=0.0 if greedy else self.sampling.temperature, seed=self.sampling.seed,
-            top_p=self.sampling.top_p, top_k=self.sampling.top_k, deadline=self.deadline, cancel=self.cancel,
-            purpose=self.purpose, drafts=self.branch.drafts,
+            temperature=temperature, seed=self.sampling.seed,
+            top_p=top_p, top_k=top_k, deadline=self.deadline, cancel=self.cancel,
+            purpose=self.purpose, drafts=drafts, code_field=code,
             on_text=(lambda text: self.on_progress("text", len(text))) if self.on_progress else None)
+
+
+#: the temperature (at least) of a call whose likeliest answer already failed
+EXPLORE_TEMPERATURE = 1.0
+CODE_BLOCK_INSTRUCTION = ("Write the other arguments as JSON, then `{field}` in full as a ```python code block "
+                          "(plain code, no escaping).")
+#: what separates the other arguments' JSON from the code block (``CODE_FENCE_END`` closes it)
+CODE_FENCE = "\n```python\n"
+CODE_FENCE_END = "```"
+
+
+def _has_property(schema: dict[str, Any] | None, name: str | None) -> bool:
+    return bool(name) and isinstance(schema, dict) and schema.get("type") == "object" \
+        and name in (schema.get("properties") or {})
+
+
+def _unescaped(draft: str) -> str:
+    try:
+        return json.loads(f'"{draft}"')
+    except ValueError:
+        return draft
+
+
+def code_value(text: str, field: str) -> str | None:
+    """The arguments' JSON text for a generation written as ``{...other arguments}`` + a code block
+    (``CODE_FENCE`` ... ``CODE_FENCE_END``): the block's text becomes ``field``. None when the text
+    is not of that shape (then it is parsed as it is, and refused or repaired like any other)."""
+    head, fence, rest = text.partition(CODE_FENCE)
+    if not fence:
+        return None
+    try:
+        arguments = json.loads(head)
+    except ValueError:
+        return None
+    if not isinstance(arguments, dict) or field in arguments:
+        return None
+    code, closed, _ = rest.partition(CODE_FENCE_END)
+    if not closed:
+        return None
+    lead = head[:len(head) - len(head.lstrip())]
+    return lead + json.dumps({**arguments, field: code.rstrip() + "\n"}, ensure_ascii=False)
 
 
 @dataclass
@@ -144,6 +210,9 @@ class Candidate(Generation):
 
     decision: dict[str, Any] | None = None
     protocol_repairs: int = 0  # malformed-but-recoverable replies the policy fixed up (counted)
+    #: what each of those fixes was (kind, SHA-256 of the text it started from, fields changed);
+    #: the runtime traces them as ``model.call.repaired``
+    call_repairs: tuple[CallRepair, ...] = ()
     #: (code, message) of a protocol fault the policy saw and could not recover (no tool call,
     #: arguments that are not JSON): the runtime treats it as an invalid Decision and repairs.
     fault: tuple[str, str] | None = None
@@ -190,13 +259,19 @@ class ContinuationPolicy:
     constrained by the branch's value schema where the backend can (``generate``)."""
 
     description: ModelDescription
+    #: the backend constrains a code argument written as a fenced block (``ModelRequest.code_field``)
+    code_blocks: bool = False
 
     def generate(self, request: ModelRequest) -> Generation:
         raise NotImplementedError
 
     def propose(self, request: DecisionRequest) -> Candidate:
-        gen = self.generate(request.continuation())
-        return Candidate(text=gen.text, input_tokens=gen.input_tokens, output_tokens=gen.output_tokens,
+        continuation = request.continuation(code_blocks=self.code_blocks)
+        gen = self.generate(continuation)
+        text = gen.text
+        if continuation.code_field is not None and gen.finish_reason == "stop":
+            text = code_value(text, continuation.code_field) or text
+        return Candidate(text=text, input_tokens=gen.input_tokens, output_tokens=gen.output_tokens,
                          latency_ms=gen.latency_ms, finish_reason=gen.finish_reason, cached_tokens=gen.cached_tokens,
                          prompt_eval_ms=gen.prompt_eval_ms, forced_tokens=gen.forced_tokens,
                          drafted_tokens=gen.drafted_tokens, restored_tokens=gen.restored_tokens)

@@ -2,8 +2,9 @@
 workspace pack has its repository template, ``workspace/`` by default, instead of ``knowledge/``).
 
 The package root is the default pack. The runtime reads ``task.json`` and hands the knowledge folder
-to the tools; ``expected.json`` is read only by ``metrics.py`` after the run (never by a prompt or
-a tool). Other packs live under ``packs/<name>/`` and are found by name.
+to the tools; the skills folders ``task.json`` names are read when the pack is loaded (``skills.py``);
+``expected.json`` is read only by ``metrics.py`` after the run (never by a prompt or a tool). Other
+packs live under ``packs/<name>/`` and are found by name.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class TaskPack:
     name: str
     root: Path
     task: TaskSpec
+    #: ``skills.Skill``: those of the folders ``task.json`` names, then any the operator added
+    #: (``skills.with_folders``); read and checked when the pack is loaded
+    skills: tuple[Any, ...] = ()
 
     @property
     def knowledge_dir(self) -> Path:
@@ -95,7 +99,15 @@ class TaskPack:
             raise PackError(f"pack '{name}': knowledge/ folder not found")
         if workspace is not None and workspace.template and not (root / workspace.template).is_dir():
             raise PackError(f"pack '{name}': its workspace template {workspace.template}/ is not a folder")
-        return cls(name=name, root=root, task=task)
+        skills: tuple[Any, ...] = ()
+        if task.skills:
+            from .skills import SkillError, pack_skills
+
+            try:
+                skills = pack_skills(root, task.skills)
+            except SkillError as exc:
+                raise PackError(f"pack '{name}': {exc}") from None
+        return cls(name=name, root=root, task=task, skills=skills)
 
 
 def available_packs() -> dict[str, Path]:

@@ -53,6 +53,7 @@ def prompt_text(name: str) -> str:
 _SLOT = re.compile(r"\{([^{}]*)\}")
 _NUMBER = r"-?[0-9]+([.][0-9]+)?"
 _NAME = r"[A-Za-z0-9\u4e00-\u9fff][A-Za-z0-9\u4e00-\u9fff _-]{0,39}"
+_BOUND_SLOT = re.compile(r"^(number|name)\s*:")
 
 
 def _literal(text: str) -> str:
@@ -61,7 +62,8 @@ def _literal(text: str) -> str:
 
 
 def answer_form_pattern(form: str, numbers: tuple[str, ...] = ()) -> str:
-    """Regex for an answer form: literal text kept, ``{number}``, ``{name}`` and ``{a|b}`` slots.
+    """Regex for an answer form: literal text kept, ``{number}``, ``{name}`` and ``{a|b}`` slots
+    (``{number:EXPR}``/``{name:EXPR}`` bound to an expression are number/name slots here).
 
     The model fills the slots (the numbers, the names, the verdict); nothing here knows their values.
     With ``numbers`` (the numbers written in the cited Observations), a number slot admits only those,
@@ -72,7 +74,12 @@ def answer_form_pattern(form: str, numbers: tuple[str, ...] = ()) -> str:
     for match in _SLOT.finditer(form):
         out.append(_literal(form[last:match.start()]))
         slot = match.group(1).strip()
-        if slot == "number":
+        bound = _BOUND_SLOT.match(slot)
+        if bound:
+            # {number:EXPR} / {name:EXPR}: the claim gate checks the value against EXPR; it may be
+            # one no Observation holds (a difference the runtime works out), so any number is admitted.
+            out.append(_NUMBER if bound.group(1) == "number" else _NAME)
+        elif slot == "number":
             out.append(number)
         elif slot == "name":
             out.append(_NAME)
@@ -100,6 +107,13 @@ class Branch:
     #: text the arguments will likely copy (the evidence an expectation names), proposed to the
     #: backend as a draft: it only speeds decoding up and never constrains it
     drafts: tuple[str, ...] = ()
+    #: the argument that holds source code (a file's content, a function's source): a policy that
+    #: can may have the model write it as a fenced code block after the other arguments' JSON,
+    #: instead of as an escaped JSON string (small models lose their place in a long escaped string)
+    code_field: str | None = None
+    #: the model's likeliest answer already failed (a change that restored failing files): sample
+    #: this call (at ``EXPLORE_TEMPERATURE`` when the run is greedy) instead of repeating it
+    explore: bool = False
 
     @property
     def prefix(self) -> str:

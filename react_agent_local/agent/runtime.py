@@ -59,6 +59,22 @@ class RunOutcome:
     events: list[dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class PriorTurns:
+    """What the earlier turns of a session leave to this run (built by ``agent/sessions/turns.py``).
+
+    ``observations`` keep their ids: a Final may cite them and the evidence gate and the claim check
+    read them like this run's own, and this run's ids continue their numbering. ``history`` is the
+    conversation so far as (user turn, model turn) pairs, shown before this run's first turn;
+    ``notes`` are lines that turn shows as feedback (the new message, since a prompt with history
+    states the task only in its first turn).
+    """
+
+    observations: tuple[Observation, ...] = ()
+    history: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 class _Progress:
     """A model call's output as it arrives, as ``model.progress`` events (kind and characters so
     far, never the text), at most one per ``PROGRESS_SECONDS`` so a long call cannot crowd the trace."""
@@ -105,7 +121,8 @@ class Run:
     def __init__(self, pack: TaskPack, policy: PolicySource, budgets: Budgets, *, artifact_dir: Path,
                  cancel: threading.Event | None, sink: Callable[[dict[str, Any]], None] | None,
                  tools: ToolRegistry | None, mode: str | None, sampling: Sampling | None = None,
-                 allowed_tools: Iterable[str] | None = None, workspace: WorkspaceOptions | None = None):
+                 allowed_tools: Iterable[str] | None = None, workspace: WorkspaceOptions | None = None,
+                 prior: PriorTurns | None = None):
         self.pack = pack
         self.workspace_options = workspace
         self.policy_source = policy
@@ -124,11 +141,12 @@ class Run:
         self.usage = Usage()
         self.guards = Guards()
         self.record = RunRecord(usage=self.usage)
-        self.observations: list[Observation] = []
-        self.feedback: list[str] = []
+        prior = prior or PriorTurns()  # a session's earlier turns: their evidence stays citable
+        self.observations: list[Observation] = list(prior.observations)
+        self.feedback: list[str] = list(prior.notes)
         # The conversation so far (prompting.PromptState.history): raw model text, prompt-only, never traced.
-        self._history: list[tuple[str, str]] = []
-        self._shown = (0, 0)  # Observations and feedback lines the history has shown
+        self._history: list[tuple[str, str]] = list(prior.history)
+        self._shown = (len(self.observations), 0)  # Observations and feedback lines the history has shown
         self._turn: str | None = None  # the user turn of the call whose Decision is being parsed
         self.step = 0
 
@@ -242,7 +260,7 @@ class Run:
         progress = _Progress(self.trace, self.step, attempt)
         request = DecisionRequest(
             branch=branch, state=self._prompt_state(branch), tools=self.tools,
-            max_new_tokens=self.budgets.new_tokens(self.usage), sampling=self.sampling,
+            max_new_tokens=self.budgets.new_tokens(self.usage, code=branch.code_field is not None), sampling=self.sampling,
             repair_error=repair_error, deadline=self.deadline, cancel=self.cancel, on_progress=progress)
         started_type, completed_type = (("model.started", "model.completed") if repair_error is None
                                         else ("model.repair.started", "model.repair.completed"))
@@ -274,6 +292,9 @@ class Run:
                         output_sha256=sha256_text(candidate.text if candidate.decision is None
                                                   else canonical(candidate.decision)),
                         finish_reason=candidate.finish_reason, protocol_repairs=candidate.protocol_repairs)
+        if candidate.call_repairs:  # what a served reply needed fixing: kinds, hashes and field names, no text
+            self.trace.emit("model.call.repaired", "model", self.step, attempt,
+                            repairs=[r.model_dump(mode="json") for r in candidate.call_repairs])
         self._turn = request.turn() if candidate.decision is None else None
         if candidate.finish_reason == "cancelled" or self.cancel.is_set():
             raise _Stop("cancelled")
@@ -678,7 +699,7 @@ class Run:
         step = next_step(task, self.observations, self.ctx.workspace) if task.workspace is not None else None
         if step is not None:
             return Branch("action", tool=step.tool, target=step.target, narrowed=step.narrowed, drafts=step.drafts,
-                          summary=self._action_summary(step.tool))
+                          code_field=step.code_field, explore=step.explore, summary=self._action_summary(step.tool))
         for tool in (task.required_tools if task.workspace is None else ()):
             items = task.subgoals.get(tool)
             if items:
@@ -701,7 +722,7 @@ class Run:
                 narrowed = self._narrowing(tool, [failed for _, _, failed in failing])
                 return Branch("action", tool=tool, target=check.label + (f" ({spec.hint})" if spec.hint else ""),
                               narrowed=narrowed, summary=self._action_summary(tool))
-        evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence()))
+        evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence() if obs_id))
         form, numbers = self._final_form(evidence)
         return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers, language=self.language,
                       summary=task.summaries.get("final", "All required observations present: answer with evidence."))
@@ -799,10 +820,12 @@ def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = No
               cancel: threading.Event | None = None, sink: Callable[[dict[str, Any]], None] | None = None,
               tools: ToolRegistry | None = None, mode: str | None = None,
               sampling: Sampling | None = None, allowed_tools: Iterable[str] | None = None,
-              workspace: WorkspaceOptions | None = None) -> RunOutcome:
+              workspace: WorkspaceOptions | None = None, prior: PriorTurns | None = None) -> RunOutcome:
     """Run one task to a terminal state. ``policy`` may be a loaded Policy or a loader callable.
     ``allowed_tools`` narrows the pack's tools (MCP ones included); it never adds any. ``workspace``
-    is the operator's choice for the workspace tools (``workspace.WorkspaceOptions``)."""
+    is the operator's choice for the workspace tools (``workspace.WorkspaceOptions``). ``prior`` carries
+    a session's earlier turns (``PriorTurns``)."""
     run = Run(pack, policy, budgets or Budgets(), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
-              tools=tools, mode=mode, sampling=sampling, allowed_tools=allowed_tools, workspace=workspace)
+              tools=tools, mode=mode, sampling=sampling, allowed_tools=allowed_tools, workspace=workspace,
+              prior=prior)
     return run.execute()

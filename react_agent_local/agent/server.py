@@ -9,7 +9,7 @@ Every error that crosses HTTP has the shape ``{"error": {"code", "message"}}`` w
 bad_request, not_found, forbidden_host, forbidden_origin, method_not_allowed, unsupported_media_type,
 payload_too_large, validation_error, already_finished, model_unavailable, unknown_pack, queue_full,
 too_many_streams, runner_busy, workspace_not_configured, workspace_busy, approval_not_allowed,
-approval_closed, internal_error.
+approval_closed, internal_error (the session routes add theirs: ``agent/session_routes.py``).
 
 Workspace tools (``agent/runner_workspace.py``): the operator's ``--workspace DIR``, ``--approval`` and
 ``--approval-seconds`` are the most any job gets; a request may narrow them, never widen them, and
@@ -65,7 +65,8 @@ from .packs import DEFAULT_RUNS_DIR, PackError, available_packs, load_pack
 from .runner_workspace import APPROVAL_MODES, RUNNER_APPROVAL_SECONDS, RunnerWorkspace, RunRefused, check_folder
 from .schemas import decision_schema
 from .secrets import HeldBack
-from .tools import ArgumentError, ToolRegistry, catalog
+from .sessions.store import SessionStore
+from .tools import ArgumentError, ToolRegistry, catalog, with_skills
 from .trace import path_hash, redact
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,10 @@ class RunnerSettings:
     approval: str = "ask_on_risk"
     #: Seconds a job waits for the page's answer to one approval (``--approval-seconds``); then refused.
     approval_seconds: float = RUNNER_APPROVAL_SECONDS
+    #: Sessions kept in ``runs_dir/sessions`` (the oldest not in use go first), and the size cap of one
+    #: session file (``agent/sessions/store.py``).
+    max_sessions: int = 100
+    max_session_bytes: int = 8 * 1024 * 1024
 
 
 class ApiError(Exception):
@@ -379,12 +384,15 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     settings = settings or RunnerSettings()
     tools = settings.tools if settings.tools is not None else catalog()
 
-    def run_with_tools(pack: Any, *args: Any, **kwargs: Any) -> Any:
+    def pack_tools(pack: Any) -> ToolRegistry:
         # Every run reads the registry of this runner, narrowed to the pack's tools (and by the
-        # runtime to what the request allows: allowed_tools); a pack naming a tool the runner lacks
-        # fails the run with pack_invalid.
+        # runtime to what the request allows: allowed_tools), with load_skill when the pack has
+        # skills; a pack naming a tool the runner lacks fails the run with pack_invalid.
         names = [n for n in pack.task.tool_names if n in tools]
-        return settings.run_fn(pack, *args, tools=tools.subset(names), **kwargs)
+        return with_skills(tools.subset(names), pack.skills)
+
+    def run_with_tools(pack: Any, *args: Any, **kwargs: Any) -> Any:
+        return settings.run_fn(pack, *args, tools=pack_tools(pack), **kwargs)
 
     telemetry = settings.telemetry
     from .backends.served_access import ServedAccess
@@ -400,12 +408,15 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
                      max_runs=settings.max_runs, max_bytes=settings.max_run_bytes, max_queued=settings.max_queued,
                      observer_factory=telemetry.observer if telemetry is not None else None,
                      max_concurrent_served=settings.max_concurrent_served, workspace=workspace)
+    sessions = SessionStore(settings.runs_dir / "sessions", max_sessions=settings.max_sessions,
+                            max_session_bytes=settings.max_session_bytes)
     streams = streaming.StreamSlots(settings.max_streams)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         store.close()
+        sessions.close()
         if telemetry is not None:
             telemetry.shutdown()
 
@@ -537,9 +548,9 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             return JSONResponse({"unloaded": []})
         return JSONResponse(redact(unload_all()))
 
-    @app.post("/agent/runs", status_code=202)
-    def create_run(body: RunRequest) -> JSONResponse:
-        """Queue one agent job; 202 with its public view (poll it with after_seq)."""
+    def admit(body: RunRequest) -> dict[str, Any] | None:
+        """The checks a job passes before it is queued (a run, or a session's turn): its model, its pack,
+        the tools it narrows, its workspace. Returns the workspace plan (None without workspace tools)."""
         if body.model.kind == "local":
             check_model_path(body.model_path, must_exist=not settings.test_policy)
         else:
@@ -554,9 +565,14 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
             _check_narrowed_tools(body, task)
         offered = [t for t in (body.tools if body.tools is not None else task.tool_names) if t in tools]
         try:
-            plan = workspace.plan(task, offered, body.approval)
+            return workspace.plan(task, offered, body.approval)
         except RunRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
+
+    @app.post("/agent/runs", status_code=202)
+    def create_run(body: RunRequest) -> JSONResponse:
+        """Queue one agent job; 202 with its public view (poll it with after_seq)."""
+        plan = admit(body)
         try:
             view = store.submit(body, _public_model(body, settings.test_policy), plan)
         except QueueFull as exc:
@@ -674,6 +690,11 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         return Response(data, media_type="image/png",
                         headers={"content-disposition": f'inline; filename="{artifact_id}.png"'})
 
+    from .session_routes import SessionDesk, session_router
+
+    app.include_router(session_router(SessionDesk(
+        store, sessions, admit=admit, public_model=lambda body: _public_model(body, settings.test_policy),
+        pack_tools=pack_tools)))
     return app
 
 

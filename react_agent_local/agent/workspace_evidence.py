@@ -32,7 +32,7 @@ import ast
 import json
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from .contracts import Observation, TaskSpec
@@ -64,6 +64,10 @@ class Step:
     target: str
     narrowed: tuple[tuple[str, Any], ...] = ()
     drafts: tuple[str, ...] = ()
+    #: the argument that holds Python source (see ``prompting.Branch.code_field``)
+    code_field: str | None = None
+    #: the last change brought back files a test run had already failed on: sample, don't repeat
+    explore: bool = False
 
 
 def _test_runs(task: TaskSpec, observations: list[Observation]) -> list[tuple[int, Observation]]:
@@ -83,15 +87,45 @@ def passed(run: Observation) -> bool:
 
 
 def failure_summary(run: Observation, limit: int = 200) -> str:
-    """The line of a failed run that says most about why (pytest's ``E``/``FAILED`` lines, an error)."""
+    """The line of a failed run that says most about why (pytest's ``E``/``FAILED`` lines, a failed
+    doctest example with what it returned, an error)."""
     result = run.result or {}
     if result.get("timed_out"):
         return f"timed out after {result.get('timeout_s')} s"
+    examples = doctest_failures("\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr")))
+    if examples:
+        return f"exit {result.get('exit_code')}: {examples[0]}"[:limit]
     lines = [line.strip() for stream in ("stdout", "stderr") for line in str(result.get(stream) or "").splitlines()]
     lines = [line for line in lines if line and not line.startswith("[...")]
     found = (m.group(1) for pattern in _FAILURE_LINES for line in lines if (m := pattern.match(line)))
     picked = next(found, lines[-1] if lines else "no output")
     return f"exit {result.get('exit_code')}: {picked}"[:limit]
+
+
+_DOCTEST_BLOCK = re.compile(r"^Failed example:\n((?:    .*\n)+?)(Expected:\n((?:    .*\n)+?)Got:\n((?:    .*\n?)+)"
+                            r"|Expected nothing\nGot:\n((?:    .*\n?)+)|Exception raised:\n((?:    .*\n?)+))", re.M)
+
+
+def doctest_failures(output: str, limit: int = 3) -> list[str]:
+    """Each failed doctest example of ``output`` in one line: the call, what it returned (or the
+    exception it raised) and what the example expects."""
+    def lines(block: str | None) -> list[str]:
+        return [line[4:] for line in (block or "").splitlines() if line.strip()]
+
+    found = []
+    for m in _DOCTEST_BLOCK.finditer(output.replace("\r\n", "\n")):
+        call = " ".join(line.lstrip(">. ").strip() for line in lines(m.group(1)))[:120]
+        if m.group(3) is not None:
+            got, want = " ".join(lines(m.group(4)))[:120], " ".join(lines(m.group(3)))[:120]
+            found.append(f"{call} returned {got}; the example expects {want}")
+        elif m.group(5) is not None:
+            found.append(f"{call} returned {' '.join(lines(m.group(5)))[:120]}; the example expects nothing")
+        else:
+            error = next((line.strip() for line in reversed(lines(m.group(6))) if line.strip()), "an exception")
+            found.append(f"{call} raised {error[:120]}")
+        if len(found) >= limit:
+            break
+    return found
 
 
 def final_problems(task: TaskSpec, observations: list[Observation], workspace: Any,
@@ -105,6 +139,8 @@ def final_problems(task: TaskSpec, observations: list[Observation], workspace: A
         return [f"no run of the tests yet: run `{command}` with bash and finish only when it passes"]
     index, run = runs[-1]
     change = _last_change(observations)
+    if change is None and any(t in CHANGE_TOOLS for t in task.required_tools):
+        return [f"no change yet: the task asks you to change the files ({', '.join(t for t in task.required_tools if t in CHANGE_TOOLS)})"]
     if change is not None and change[0] > index:
         return [f"{change[1].id} changed the files after the last test run {run.id}: "
                 f"run the tests (`{command}`) again after your last edit"]
@@ -136,19 +172,45 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -
     change = _last_change(observations)
     last_run = runs[-1] if runs else None
     files = _changeable_files(task, observations, workspace)
+    now = workspace.digest()
     tested = (last_run is not None and (change is None or last_run[0] > change[0])
-              and (last_run[1].result or {}).get("files_digest") == workspace.digest())
-    if not tested:
+              and (last_run[1].result or {}).get("files_digest") == now)
+    # A change that brought back files a run already failed on needs no run to know the outcome:
+    # the greedy 1.5B wrote the same wrong body again after each failing run until the loop guard.
+    repeated = None if tested or change is None else next(
+        (run for _, run in reversed(runs) if not passed(run) and (run.result or {}).get("files_digest") == now), None)
+    if change is None and not runs and change_tool == "replace_function" and _stubs(files, workspace):
+        # a function still to be written fails its tests by construction: write it first
+        return function_step(files, workspace, None, observations)
+    if not tested and repeated is None:
         # Before the first change too: the failure names the function and the wrong value (the 0.5B,
         # asked to edit straight after reading, chose a def line and rewrote the function blind).
         return Step("bash", "a run of the tests after the last change" if change else "a run of the tests to see what fails",
                     narrowed=(("command", {"const": task.workspace.test_command}),))
-    if not passed(last_run[1]) and change_tool == "replace_function":
-        return function_step(files, workspace, last_run[1], observations)
-    if not passed(last_run[1]) and change_tool is not None:
+    failing = repeated or last_run[1]
+    if change_tool is None:
+        return None
+    if passed(failing):
+        if change is not None:
+            return None
+        # the task asks for a change: examples that pass on the files as given prove nothing
+        if change_tool == "replace_function":
+            return function_step(files, workspace, failing, observations)
         return _change_step(change_tool, files, workspace,
-                            f"a fix that makes the tests pass ({last_run[1].id} {failure_summary(last_run[1])})")
-    return None
+                            f"the change the task asks for ({failing.id} passed on the files as given)")
+    # ... and so does a change refused for changing nothing since that run
+    refused = None if repeated is not None else next(
+        (o for o in observations[last_run[0] + 1:] if not o.ok and o.tool in CHANGE_TOOLS), None)
+    note = (f" Your change {change[1].id} made the files exactly what failed in {repeated.id}: write different code."
+            if repeated is not None else
+            f" Your change {refused.id} would have changed nothing: write different code." if refused is not None else "")
+    explore = repeated is not None or refused is not None
+    if change_tool == "replace_function":
+        step = function_step(files, workspace, failing, observations)
+        return replace(step, target=step.target + note, explore=explore)
+    step = _change_step(change_tool, files, workspace,
+                        f"a fix that makes the tests pass ({failing.id} {failure_summary(failing)}).{note}")
+    return replace(step, explore=explore)
 
 
 #: at most this many lines of a failed run's report in a replace_function step's instruction
@@ -170,7 +232,7 @@ def failure_detail(run: Observation, limit: int = MAX_FAILURE_LINES) -> list[str
     start = next((i for i, line in enumerate(lines) if line.startswith("=") and ("FAILURES" in line or "ERRORS" in line)),
                  None)
     if start is None:
-        return [failure_summary(run)]
+        return doctest_failures("\n".join(lines), limit) or [failure_summary(run)]
     sections: list[tuple[list[str], list[str]]] = []  # (frame lines, E lines) per failing test
     for line in lines[start + 1:]:
         line = line.rstrip()[:160]
@@ -234,7 +296,8 @@ def _functions(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
     return found
 
 
-def function_step(files: list[str], workspace: Any, run: Observation, observations: list[Observation] = ()) -> Step:
+def function_step(files: list[str], workspace: Any, run: Observation | None,
+                  observations: list[Observation] = ()) -> Step:
     """A ``replace_function`` after the failing ``run``: the functions its report calls (all of the
     files' functions when it names none), their path and name narrowed to those, the new source
     held to start with the def line and docstring when there is one candidate, and the failure and
@@ -244,13 +307,18 @@ def function_step(files: list[str], workspace: Any, run: Observation, observatio
     After a rewrite that failed, the source shown is the function as the task gave it (the tool
     reported it as ``before``), with the fixes already tried, and a diagnosis may propose none of
     them again: the 1.5B, shown its own failed rewrite, fixed that back to the original and went
-    to and fro between the two until the tool budget ran out."""
-    result = run.result or {}
+    to and fro between the two until the tool budget ran out.
+
+    Without a ``run`` (a stub is written before any test run: it fails by construction) the step
+    offers the stubs with their source alone."""
+    result = (run.result if run is not None else None) or {}
     output = "\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr"))
     functions = _functions(files, workspace)
     called = [f for f in functions if re.search(r"(?<!\w)" + re.escape(f[1].rpartition(".")[2]) + r"\(", output)]
-    chosen = (called or functions)[:MAX_FUNCTIONS]
-    detail = "\n".join(failure_detail(run))
+    # a function still to be written comes first (a HumanEval file holds implemented helpers beside it)
+    stubs = [f for f in (called or functions) if is_stub(f[2])]
+    chosen = (stubs or called or functions)[:MAX_FUNCTIONS]
+    detail = "\n".join(failure_detail(run)) if run is not None else ""
     if not chosen:
         return Step("replace_function", f"a fix that makes the tests pass ({run.id} {failure_summary(run)})")
     rewrites = [o.result or {} for o in observations if o.ok and o.tool == "replace_function"]
@@ -268,19 +336,54 @@ def function_step(files: list[str], workspace: Any, run: Observation, observatio
             shown.append(f"{name} in {path}, now:\n{source}")
     paths = list(dict.fromkeys(path for path, _, _ in chosen))
     names = list(dict.fromkeys(name for _, name, _ in chosen))
-    target = (f"a fix that makes the tests pass. The tests fail ({run.id}):\n{detail}\n" + "\n".join(shown) + "\n"
-              f"Write the whole definition of {' or '.join(names)} again, with the bug fixed")
+    # a stub has no wrong line to name: its body is written from its docstring
+    unwritten = all(is_stub(original) for original in originals)
+    outcome = ("" if run is None else f"The tests pass ({run.id}) but the task asks for this change:\n" if passed(run)
+               else f"The tests fail ({run.id}):\n{detail}\n")
+    ask = ("implemented as its docstring says" if unwritten else "with the bug fixed")
+    target = (f"a fix that makes the tests pass. {outcome}" + "\n".join(shown) + "\n"
+              f"Write the whole definition of {' or '.join(names)}{'' if unwritten else ' again'}, {ask}")
     narrowed: list[tuple[str, Any]] = [("path", {"const": paths[0]} if len(paths) == 1 else {"enum": paths}),
                                        ("name", {"const": names[0]} if len(names) == 1 else {"enum": names})]
     # the diagnosis first: the source is written after the model has said which line is wrong
-    narrowed.append(("diagnosis", diagnosis_schema(originals[0], tried[0]) if len(chosen) == 1 else DIAGNOSIS_SCHEMA))
+    if unwritten:
+        narrowed.append(("diagnosis", {"const": None}))
+    else:
+        narrowed.append(("diagnosis", diagnosis_schema(originals[0], tried[0]) if len(chosen) == 1 else DIAGNOSIS_SCHEMA))
     if len(chosen) == 1:
         narrowed.append(("source", {"type": "string", "pattern": def_line_pattern(originals[0])}))
     drafts = tuple(json.dumps(source, ensure_ascii=False)[1:-1] for source in originals)
-    return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts)
+    return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source")
 
 
 _MUST_BE = re.compile(r"it must be `(.*)`$")
+
+
+def _stubs(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
+    return [f for f in _functions(files, workspace) if is_stub(f[2])]
+
+
+def is_stub(source: str) -> bool:
+    """A function still to be written: its body (after the docstring) is only ``pass``, ``...`` or
+    ``raise NotImplementedError``."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (SyntaxError, ValueError):
+        return False
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    if len(body) != 1:
+        return not body
+    statement = body[0]
+    if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                                           and statement.value.value is Ellipsis):
+        return True
+    if isinstance(statement, ast.Raise) and statement.exc is not None:
+        exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    return False
 
 
 def diagnosis_schema(source: str, tried: list[str] = ()) -> dict[str, Any]:
@@ -353,7 +456,8 @@ def _change_step(tool: str, files: list[str], workspace: Any, target: str) -> St
     texts = [(f, workspace.read_text(f)) for f in files]
     drafts = tuple(json.dumps(text, ensure_ascii=False)[1:-1] for _, text in texts if text)
     if tool != "edit_file":
-        return Step(tool, target, narrowed=(("path", path),), drafts=drafts)
+        code = "content" if tool == "write_file" and all(f.endswith(".py") for f in files) else None
+        return Step(tool, target, narrowed=(("path", path),), drafts=drafts, code_field=code)
     choices = unique_lines((f, text) for f, text in texts if text)
     if not choices:
         return Step(tool, target, narrowed=(("path", path), ("new", NEW_SCHEMA)), drafts=drafts)

@@ -76,6 +76,18 @@ def complete_json_end(text: str) -> int | None:
     return len(text) - len(stripped) + end
 
 
+def code_block_end(text: str) -> int | None:
+    """Index just past the fence that closes the code block of a code-argument generation
+    (``model_policy.CODE_FENCE`` ... ``CODE_FENCE_END``), else None."""
+    from ..model_policy import CODE_FENCE, CODE_FENCE_END
+
+    start = text.find(CODE_FENCE)
+    if start < 0:
+        return None
+    end = text.find(CODE_FENCE_END, start + len(CODE_FENCE))
+    return None if end < 0 else end + len(CODE_FENCE_END)
+
+
 # --------------------------------------------------------------------------------------------
 # Dependencies, devices
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ the step's instruction follows the results in the same user message, as the API 
 alternate. ``stop_reason: "max_tokens"`` is a truncated reply, never a Final. No sampling settings are sent:
 the SDK's ``messages.create`` takes none (the run's temperature applies to OpenAI-compatible servers). An ``error`` event
 inside the stream (``overloaded_error`` and the like) is bucketed like the HTTP status it stands for.
+A ``tool_use`` block's input (an object, or the streamed JSON text) is repaired like any served
+provider's arguments (``call_repair.py``: an envelope around them, text encoded twice, a call
+written in a text block).
 
 The default host, api.anthropic.com, is not loopback: the runner's operator must allow it
 (``--allow-model-host api.anthropic.com``) and ``ANTHROPIC_API_KEY`` must be in its environment.

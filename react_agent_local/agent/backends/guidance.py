@@ -38,11 +38,31 @@ def _import_llguidance():
     return llguidance
 
 
-def value_grammar(schema: dict[str, Any], lead: str = "") -> str:
-    """A Lark grammar (llguidance's dialect) for ``lead`` then one JSON value matching ``schema``."""
+def value_grammar(schema: dict[str, Any], lead: str = "", code_field: str | None = None) -> str:
+    """A Lark grammar (llguidance's dialect) for ``lead`` then one JSON value matching ``schema``.
+
+    With ``code_field`` (a string property of an object ``schema``) the JSON object holds the other
+    properties and the code follows it in a fenced block, ended by the closing fence (a ``stop``: the
+    code itself is free text)."""
+    if code_field is not None:
+        from ..model_policy import CODE_FENCE, CODE_FENCE_END
+
+        field_schema = (schema.get("properties") or {}).get(code_field) or {}
+        properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != code_field}
+        required = [k for k in schema.get("required", []) if k != code_field]
+        schema = {**schema, "properties": properties, "required": required}
     body = {**schema, "x-guidance": JSON_LAYOUT}
-    start = f"start: {json.dumps(lead)} value\n" if lead else "start: value\n"
-    return start + "value: %json " + json.dumps(body, ensure_ascii=False)
+    code = " code" if code_field is not None else ""
+    start = f"start: {json.dumps(lead)} value{code}\n" if lead else f"start: value{code}\n"
+    grammar = start + "value: %json " + json.dumps(body, ensure_ascii=False)
+    if code_field is not None:
+        # the block matches the field's own pattern where it has one (anchors dropped: the fences anchor it)
+        pattern = str(field_schema.get("pattern") or "^(.|\\n)*$")
+        pattern = pattern[1:] if pattern.startswith("^") else pattern
+        pattern = pattern[:-1] if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+        grammar += (f"\ncode: {json.dumps(CODE_FENCE)} body\n"
+                    f"body[stop={json.dumps(CODE_FENCE_END)}]: /{pattern.replace('/', chr(92) + '/')}/")
+    return grammar
 
 
 def without_lengths_beside_patterns(node: Any) -> Any:
@@ -69,17 +89,17 @@ class Guidance:
         self._grammars: dict[str, str | None] = {}
         self.failures = 0
 
-    def grammar(self, schema: dict[str, Any] | None, lead: str = "") -> str | None:
+    def grammar(self, schema: dict[str, Any] | None, lead: str = "", code_field: str | None = None) -> str | None:
         """The checked grammar for ``schema`` (cached); None when absent or when it does not compile."""
         if schema is None:
             return None
-        key = lead + json.dumps(schema, sort_keys=True)
+        key = lead + json.dumps(schema, sort_keys=True) + f"|code={code_field}"
         if key not in self._grammars:
             # A long pattern intersected with a length bound can exceed what llguidance decides
             # ("unable to determine if regex is empty"): then the pattern alone constrains the
             # value, and the runtime's validator (and max_new_tokens) still enforce the lengths.
             for candidate in (schema, without_lengths_beside_patterns(schema)):
-                grammar = value_grammar(candidate, lead)
+                grammar = value_grammar(candidate, lead, code_field)
                 if self._compiles(grammar):
                     break
             else:
@@ -96,7 +116,10 @@ class Guidance:
         return not is_error
 
     def matcher(self, grammar: str) -> "Matcher":
-        return Matcher(self._lib.LLMatcher(self.tokenizer, grammar), self.tokenizer.vocab_size)
+        # silent: the one warning a generation can raise is a sampled token that runs past a code
+        # block's closing fence ("can't backtrack"), which the fence cut handles; errors stay in
+        # the matcher's state, where ``accept`` reads them
+        return Matcher(self._lib.LLMatcher(self.tokenizer, grammar, log_level=0), self.tokenizer.vocab_size)
 
 
 class Matcher:

@@ -7,6 +7,8 @@ function in ``tool_choice``, free mode sends ``"auto"``; ``parallel_tool_calls``
 Observations come back as an assistant message with ``tool_calls`` and a ``tool`` message with the
 same ``tool_call_id``. ``max_tokens`` is always the runtime's bound, and ``stream_options`` asks for
 usage (servers that send none get an estimate). ``finish_reason: "length"`` is a truncated reply.
+What the server sends back is repaired as for every served provider (``call_repair.py``); this
+module only drops strict mode's nulls afterwards (``_tidy``).
 
 Tested against llama-cpp-python's server (live) and vLLM's request model (request shape); the edge
 cases (429, 5xx, cut streams, malformed arguments) against recorded response shapes.
@@ -155,12 +157,10 @@ class OpenAICompatiblePolicy(ServedPolicy):
         for index in sorted(calls):
             calls[index].arguments = "".join(arguments.get(index, []))
             reply.calls.append(calls[index])
-        if self.spec.strict_tools:
-            for call in reply.calls:
-                try:
-                    call.arguments = json.dumps(strip_nulls(json.loads(call.arguments)))
-                except (ValueError, TypeError):
-                    pass  # malformed arguments stay as they came: interpret() reports them
+
+    def _tidy(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        # After the repairs: the nulls of arguments that came in an envelope or encoded twice go too.
+        return strip_nulls(arguments) if self.spec.strict_tools else arguments
 
 
 def load(spec: Any, access: Any = None, **options: Any) -> OpenAICompatiblePolicy:

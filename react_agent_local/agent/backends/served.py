@@ -9,11 +9,14 @@ validates like any other. The conversation is rebuilt from the runtime's state e
 task, then each visible Observation as a tool call and its result paired by id (``tool_call_id`` /
 ``tool_use_id``; a failed Observation is an error result), then what this step asks for.
 
-Recovered protocol faults are counted (``Candidate.protocol_repairs``): arguments that arrive as a
-JSON string inside the JSON, a tool call written as JSON in the text instead of a native call (a
-Qwen-Coder habit on several servers), extra parallel calls dropped. What cannot be recovered (no
-tool call at all, arguments that are not JSON) is a ``Candidate.fault``: an invalid Decision that
-the runtime repairs. A reply cut at ``max_tokens`` is ``finish_reason="length"``, never a Decision.
+What a weak model sends instead of one clean call is repaired against the called tool's schema
+in one place, ``call_repair.py`` (for every served provider): arguments wrapped in a call envelope,
+encoded twice or slightly malformed, a call written in the text instead of a native one (a
+Qwen-Coder habit on several servers), extra parallel calls dropped. Each repair is counted
+(``Candidate.protocol_repairs``) and described, without the text (``Candidate.call_repairs``, which
+the runtime traces). What cannot be repaired (no tool call at all, arguments that are not JSON or
+were cut inside a value) is a ``Candidate.fault``: an invalid Decision that the runtime repairs. A
+reply cut at ``max_tokens`` is ``finish_reason="length"``, never a Decision.
 
 Retries (seed 001): setting up a call is retried up to ``CONNECT_RETRIES`` times with backoff
 (Retry-After honoured); a stream that stalls (no byte for ``stall_seconds``) or drops is reopened up
@@ -43,6 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
+from ..contracts import CallRepair
 from ..model_policy import (
     Candidate,
     DecisionRequest,
@@ -51,6 +55,7 @@ from ..model_policy import (
 )
 from ..secrets import scrub, scrub_value
 from ..trace import path_hash, redact_text
+from .call_repair import CallFault, Repairs, recover_call, repair_arguments, repair_final
 from .served_access import Endpoint, ServedAccess  # noqa: F401 -- part of this module's surface
 from .served_http import (  # noqa: F401 -- re-exported with the rest of this module's surface
     CONNECT_SECONDS,
@@ -235,59 +240,6 @@ class Reply:
     on_progress: Callable[[str, int], None] | None = None
 
 
-_FENCE = re.compile(r"```[A-Za-z]*\s*(.*?)```", re.S)
-_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
-MAX_RECOVER_CHARS = 64 * 1024
-
-
-def _objects(text: str, limit: int = 20) -> Iterable[Any]:
-    decoder = json.JSONDecoder()
-    start, seen = 0, 0
-    while seen < limit:
-        start = text.find("{", start)
-        if start < 0:
-            return
-        seen += 1
-        try:
-            value, _ = decoder.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            start += 1
-            continue
-        yield value
-        start += 1
-
-
-def recover_call(text: str) -> ToolCall | None:
-    """A tool call written as JSON in the text: a ```json block, Hermes ``<tool_call>`` tags or bare
-    JSON, shaped ``{"name", "arguments"}`` (also ``parameters``) or as a Decision."""
-    text = text[:MAX_RECOVER_CHARS]
-    pieces = _TAG.findall(text) + _FENCE.findall(text) + [text]
-    for piece in pieces:
-        for value in _objects(piece):
-            if not isinstance(value, dict):
-                continue
-            name = value.get("name", value.get("tool"))
-            if value.get("type") == "final" and "answer" in value:
-                return ToolCall(FINAL_TOOL, {k: v for k, v in value.items() if k != "type"})
-            if isinstance(name, str) and name:
-                args = value.get("arguments", value.get("parameters", {}))
-                return ToolCall(name.removeprefix("functions."), args)
-    return None
-
-
-def _arguments(raw: Any) -> tuple[Any, int]:
-    """(arguments as an object, repairs) or raises ValueError for arguments that are not JSON."""
-    repairs = 0
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, 0
-    if isinstance(raw, str):
-        raw = json.loads(raw)
-    if isinstance(raw, str):  # a JSON string holding the JSON object: encoded twice
-        raw = json.loads(raw)
-        repairs += 1
-    return raw, repairs
-
-
 def scrubbed(reply: Reply) -> Reply:
     """The reply without the operator's keys: a server may echo the key it was sent into its text,
     a tool's name or arguments, and nothing downstream (the runtime, a tool, a chart's title, the
@@ -299,37 +251,36 @@ def scrubbed(reply: Reply) -> Reply:
     return reply
 
 
-def interpret(reply: Reply, names: dict[str, str]) -> tuple[dict[str, Any] | None, int, tuple[str, str] | None]:
-    """(decision, protocol repairs, fault) of a complete reply."""
-    repairs = 0
+def interpret(reply: Reply, names: dict[str, str], tools: Iterable[ToolDef] = (), forced: str | None = None,
+              tidy: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+              ) -> tuple[dict[str, Any] | None, list[CallRepair], tuple[str, str] | None]:
+    """(decision, the repairs it needed, fault) of a complete reply; ``names`` maps wire names to
+    tool names, ``tools`` are the ones the call went out with (their schemas judge a repair), and
+    ``tidy`` is the provider's last word on the arguments (strict mode's nulls)."""
+    repairs = Repairs()
+    schemas = {t.name: t.schema for t in tools}
+    schemas.update({names[w]: schema for w, schema in list(schemas.items()) if w in names})
     calls = reply.calls
     if not calls:
-        recovered = recover_call(reply.text)
+        recovered = recover_call(reply.text, [*schemas, *names, FINAL_TOOL], forced, schemas.get(forced or ""), repairs)
         if recovered is None:
-            return None, 0, ("no_tool_call", "the reply called no tool; call exactly one tool")
-        calls, repairs = [recovered], 1
-    if len(calls) > 1:
-        repairs += 1  # parallel calls are turned off; a server that sends several gets the first one used
+            return None, [], ("no_tool_call", "the reply called no tool; call exactly one tool")
+        calls = [ToolCall(recovered.name, recovered.arguments)]
+    if len(calls) > 1:  # parallel calls are turned off; a server that sends several gets the first one used
+        repairs.add("parallel_dropped", [{"name": c.name, "arguments": c.arguments} for c in calls[1:]], None, None)
     call = calls[0]
     name = names.get(call.name, call.name)
     try:
-        arguments, fixed = _arguments(call.arguments)
-    except (ValueError, RecursionError):
-        return None, repairs, ("invalid_json", f"the arguments of {name[:64]} are not valid JSON; write one JSON object")
-    repairs += fixed
-    if not isinstance(arguments, dict):
-        return None, repairs, ("wrong_type", f"the arguments of {name[:64]} must be a JSON object")
+        arguments = repair_arguments(call.arguments, {call.name, name}, schemas.get(call.name), repairs)
+    except CallFault as fault:
+        what = ("are not valid JSON; write one JSON object" if fault.code == "invalid_json"
+                else "must be a JSON object")
+        return None, [], (fault.code, f"the arguments of {name[:64]} {what}")  # nothing repaired was used
+    if tidy is not None:
+        arguments = tidy(arguments)
     if call.name == FINAL_TOOL:
-        ids = arguments.get("evidence_ids")
-        if isinstance(ids, str):  # ["a", "b"] as a string, or "a, b"
-            try:
-                parsed = json.loads(ids)
-            except ValueError:
-                parsed = [part for part in re.split(r"[\s,]+", ids) if part]
-            arguments = {**arguments, "evidence_ids": parsed}
-            repairs += 1
-        return {**arguments, "type": "final"}, repairs, None
-    return {"type": "action", "tool": name, "arguments": arguments}, repairs, None
+        return {**repair_final(arguments, repairs), "type": "final"}, repairs.made, None
+    return {"type": "action", "tool": name, "arguments": arguments}, repairs.made, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,6 +405,10 @@ class ServedPolicy:
     def _consume(self, stream: Any, reply: Reply, stop: Callable[[], str | None]) -> None:
         raise NotImplementedError
 
+    def _tidy(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The provider's last word on a call's arguments, once they are repaired (as they are here)."""
+        return arguments
+
     # -- Policy ------------------------------------------------------------------------------
 
     def propose(self, request: DecisionRequest) -> Candidate:
@@ -477,12 +432,13 @@ class ServedPolicy:
                      cached_tokens=reply.cached_tokens, latency_ms=latency)
         if reply.finish in ("cancelled", "deadline", "length"):
             return Candidate(text=reply.text, finish_reason=reply.finish, **usage)
-        decision, repairs, fault = interpret(scrubbed(reply), names)
+        decision, repairs, fault = interpret(scrubbed(reply), names, conversation.tools, conversation.forced,
+                                             self._tidy)
         decision = scrub_value(decision)  # a key written with JSON escapes shows only once decoded
         if decision is not None and decision["type"] == "action":
             self._pending.append((decision["tool"], decision["arguments"]))
-        return Candidate(text=reply.text, decision=decision, protocol_repairs=repairs, fault=fault,
-                         finish_reason="stop", **usage)
+        return Candidate(text=reply.text, decision=decision, protocol_repairs=len(repairs),
+                         call_repairs=tuple(repairs), fault=fault, finish_reason="stop", **usage)
 
     def close(self) -> None:
         self._closed = True

@@ -3,7 +3,9 @@ and failure families, as one JSON object, a markdown page and a PNG chart (R-EVA
 
 Two success rates are reported side by side: the runtime's ``metrics.task_success`` (R-MET) and
 the independent grade of ``grading.py``; runs where they disagree are listed, since one of the
-two graders is then wrong. Nothing here prints or stores an absolute path: packs are named by
+two graders is then wrong. *Accepted but wrong* counts on its own the runs whose Final the
+runtime's gate accepted and the independent grader fails: the answers a user would have been
+handed as checked. Nothing here prints or stores an absolute path: packs are named by
 their folder name and the model by its file name.
 """
 
@@ -76,6 +78,16 @@ def failure_families(runs: list[EvalRun]) -> dict[str, dict[str, int]]:
     return {"by_check": dict(by_check.most_common()), "by_stop_reason": dict(by_stop.most_common())}
 
 
+def accepted_but_wrong(runs: list[EvalRun]) -> dict[str, Any]:
+    """Runs whose Final was accepted (the run completed) that the independent grader fails, out of
+    the accepted runs it grades."""
+    accepted = [r for r in runs if r.stop_reason == "completed" and r.independent_success is not None]
+    wrong = [r for r in accepted if not r.independent_success]
+    return {"runs": len(wrong), "of_accepted": len(accepted),
+            "share": round(len(wrong) / len(accepted), 4) if accepted else None,
+            "list": [{"pack": r.pack, "run": r.run, "independent_failures": r.independent_failures} for r in wrong]}
+
+
 def build_report(runs: list[EvalRun], settings: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     packs: dict[str, list[EvalRun]] = {}
     for run in runs:
@@ -90,6 +102,7 @@ def build_report(runs: list[EvalRun], settings: dict[str, Any], model: dict[str,
         "model": model,
         "overall": {"task_success": rate(r.task_success for r in runs),
                     "independent": rate(r.independent_success for r in runs)},
+        "accepted_but_wrong": accepted_but_wrong(runs),
         "per_pack": [{"pack": name, "case": group[0].case, "task_success": rate(r.task_success for r in group),
                       "independent": rate(r.independent_success for r in group)} for name, group in packs.items()],
         "per_case": {str(case): {"task_success": rate(r.task_success for r in group),
@@ -153,6 +166,12 @@ def to_markdown(report: dict[str, Any]) -> str:
                      f"{_ci(p['task_success'])} | {_share(p['independent'])} | {_ci(p['independent'])} |")
     lines.append(f"| **all** | | **{_share(o['task_success'])}** | {_ci(o['task_success'])} | "
                  f"**{_share(o['independent'])}** | {_ci(o['independent'])} |")
+    wrong = report["accepted_but_wrong"]
+    lines += ["", (f"**Accepted but wrong** (the gate accepted the Final, the independent grader fails it): "
+                   f"{wrong['runs']} of {wrong['of_accepted']} accepted run(s) with an independent grade"
+                   + (f" ({wrong['share'] * 100:.0f} %)" if wrong["share"] is not None else ""))]
+    lines += [f"- {w['pack']} run {w['run']}: {', '.join(w['independent_failures'] or []) or '—'}"
+              for w in wrong["list"][:20]]
     lines += ["", "### By verdict case", "", "| Case | Task Success | 95 % CI | Independent grade |", "|---|---:|---|---:|"]
     for case, c in report["per_case"].items():
         title = CASE_TITLES.get(None if case == "None" else case, case)

@@ -7,8 +7,10 @@ model for every call; tests return a fresh scripted policy per run. Each run bec
 ``EvalRun``: the runtime's own metrics and checks, the independent grade, and its wall time.
 
 ``generated:N`` is the release-rule family of the knowledge tool; ``generated:FAMILY:N`` a family of
-``agent/families`` (``generated:fixtest:N``). A pack with a workspace gets a fresh copy of its
-template in its run's folder (``run-k/workspace``), which its family's grader reads afterwards.
+``agent/families`` (``generated:fixtest:N``, ``generated:record_rules:N``, ...). A pack with a
+workspace gets a fresh copy of its template in its run's folder (``run-k/workspace``), which its
+family's grader reads afterwards. A pack that looks facts up gets ``lookup_fact`` bound to its fact
+names (``tools.facts.with_fact_names``), so the grammar offers exactly those.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from ..families import FAMILIES, generator
 from ..families import grade_run as grade_family_run
 from ..packs import PackError, TaskPack, load_pack
 from ..runtime import PolicySource, run_agent
+from ..tools import pack_registry
+from ..tools.facts import with_fact_names
 from ..tools.record_grading import grade_run, verdict_case
 from ..tools.record_packs import generate_packs
 from ..trace import write_events
@@ -117,7 +121,7 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
         workspace = replace(workspace or WorkspaceOptions(), directory=None, parent=artifact_dir)
     started = time.perf_counter()
     outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode, sampling=sampling,
-                        workspace=workspace)
+                        workspace=workspace, tools=with_fact_names(pack_registry(pack), pack))
     seconds = time.perf_counter() - started
     write_events(artifact_dir, outcome.events)  # for reading a failure afterwards; the report does not need it
     result = outcome.result

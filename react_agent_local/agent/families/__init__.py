@@ -2,8 +2,14 @@
 its runs are graded independently of ``metrics.py`` -- lives in its folder, and the eval suite
 finds it here by name (``--packs generated:FAMILY:N``).
 
-    fixtest    fix the failing test of a small repository with the workspace tools
-    humaneval  implement a HumanEval function, run its docstring's examples; hidden tests grade it
+    fixtest          fix the failing test of a small repository with the workspace tools
+    humaneval        implement a HumanEval function, run its docstring's examples; hidden tests grade it
+    record_rules     one evaluation record under other rules: gap to a floor, spread, lowest/highest group, a target
+    record_change    the change of a group across two records (keyed by date or title), against an allowed drop
+    fact_arithmetic  sums, per-1,000 ratios and densities of looked-up facts, with near-miss names and units
+    interest         percentage and compound-interest word problems for the calculator
+
+``packkit.py`` is what the generated families share (decks, writing a pack, reading an answer).
 
 The release-rule family of the knowledge tool predates this and still lives beside that tool
 (``tools/record_packs.py``, ``tools/record_grading.py``; ``generated:N``).
@@ -17,7 +23,8 @@ from typing import Any, Callable
 
 #: family -> its package below agent.families (a ``generator`` module with ``generate_packs`` and a
 #: ``grading`` module with ``grade_run``)
-FAMILIES = {"fixtest": "fixtest", "humaneval": "humaneval"}
+FAMILIES = {"fixtest": "fixtest", "humaneval": "humaneval", "record_rules": "record_rules",
+            "record_change": "record_change", "fact_arithmetic": "fact_arithmetic", "interest": "interest"}
 
 
 def _module(family: str, name: str) -> Any:

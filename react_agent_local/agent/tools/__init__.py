@@ -5,18 +5,21 @@ and ends with its ``TOOL`` -- or, for the workspace tools, one concept with its 
 (read_file, write_file, edit_file, replace_function, glob, grep) and ``shell`` (bash), which work in a run's workspace
 and sandbox (``WORKSPACE_TOOLS``; see ``agent/workspace.py``). ``catalog()`` is every local tool; a
 run gets ``registry_for(names)``, the tools its pack uses. Adding a tool is one entry in ``_LOCAL_TOOLS``, or, for a tool that is not
-part of the package, one ``register`` call on the registry passed to ``run_agent``.
+part of the package, one ``register`` call on the registry passed to ``run_agent``. ``skill``
+(load_skill) is no entry of the catalog: it is built for each run that has skills, over those skills
+(``with_skills``, ``pack_registry``; see ``agent/skills.py``).
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 from .base import (ArgumentError, StrictArgs, Tool, ToolContext, ToolError, ToolRegistry, ToolTransportError,
                    compact_schema)
 
 __all__ = ["ArgumentError", "StrictArgs", "Tool", "ToolContext", "ToolError", "ToolRegistry", "ToolTransportError",
-           "WORKSPACE_TOOLS", "catalog", "compact_schema", "default_registry", "registry_for"]
+           "WORKSPACE_TOOLS", "catalog", "compact_schema", "default_registry", "pack_registry", "registry_for",
+           "with_skills"]
 
 #: tools that need a run's workspace and sandbox (``workspace.bind``)
 WORKSPACE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "replace_function", "glob", "grep", "bash"})
@@ -42,3 +45,33 @@ def registry_for(names: Iterable[str]) -> ToolRegistry:
 def default_registry() -> ToolRegistry:
     """The default pack's tools: knowledge_search, calculator, plot."""
     return registry_for(("knowledge_search", "calculator", "plot"))
+
+
+def with_skills(registry: ToolRegistry, skills: Sequence[Any]) -> ToolRegistry:
+    """``registry`` and, when there are skills, ``load_skill`` over them; the tools the skills name
+    are not added (a skill is text, never a permission)."""
+    if not skills:
+        return registry
+    from .skill import skill_tool
+
+    return ToolRegistry(dict(registry.tools)).register(skill_tool(skills))
+
+
+def pack_registry(pack: Any) -> ToolRegistry | None:
+    """The registry to pass to ``run_agent`` for a run of ``pack`` (``packs.TaskPack``): None when the
+    pack has no skills, so the runtime builds the registry from the pack's names as always; else the
+    package's tools the pack names with ``load_skill`` over its skills. None, too, when the pack names a
+    tool the package lacks: the runtime then fails the run as ``pack_invalid``, naming it."""
+    if not pack.skills:
+        return None
+    from .skill import TOOL_NAME
+
+    servers = {s.name for s in pack.task.mcp_servers}
+    # Which names are the package's: the rule of Run._bind_tools (runtime.py), where a NAME.tool of
+    # one of the pack's MCP servers joins later, when the servers have started.
+    names = [n for n in pack.task.tool_names
+             if n != TOOL_NAME and (n.partition(".")[0] not in servers or "." not in n)]
+    try:
+        return with_skills(registry_for(names), pack.skills)
+    except KeyError:
+        return None

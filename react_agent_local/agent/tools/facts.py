@@ -8,6 +8,11 @@ A query matches a fact by its name or an alias after NFKC normalisation, lowerca
 spaces and punctuation; failing that, by containment either way (``台北市人口`` does not match, but
 ``台北人口 2024`` finds ``台北人口``) when exactly one fact matches. An unknown query is a structured,
 non-retryable ``unknown_fact`` error that lists the known fact names, so the model can recover.
+
+A result holds the fact found and ``looked_up``: every fact this run has looked up so far (name ->
+value, kept in the run's folder), so a check can read them all from the latest lookup. For one
+pack's fact base the tool can be bound to its names (``bound_tool``, ``with_fact_names``): ``query``
+is then a choice among them in the schema and the decoding grammar.
 """
 
 from __future__ import annotations
@@ -17,15 +22,18 @@ import os
 import stat
 import threading
 import unicodedata
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
-from .base import StrictArgs, Tool, ToolContext, ToolError
+from .base import StrictArgs, Tool, ToolContext, ToolError, ToolRegistry
 
 FACTS_FILE = "facts.json"
 MAX_FACTS_BYTES = 256 * 1024
+LOOKED_UP_FILE = "lookup_fact.looked_up.json"
+MAX_CHOICES = 64  # fact names offered as a grammar choice; a bigger fact base is asked by free text
 
 
 class LookupFactArgs(StrictArgs):
@@ -79,12 +87,38 @@ def lookup(facts: dict[str, dict[str, Any]], query: str) -> str:
     raise ToolError("unknown_fact", f"no fact matches the query; known facts: {known}", retryable=False)
 
 
-def _execute(ctx: ToolContext, args: LookupFactArgs, cancel: threading.Event) -> dict[str, Any]:
+def _looked_up(artifact_dir: Path, name: str, value: int | float) -> dict[str, int | float]:
+    """Every fact this run has looked up so far, this one included (kept in the run's folder), so a
+    check can read all of them from the latest lookup: ``facts["Lisbon population"]``."""
+    path = Path(artifact_dir) / LOOKED_UP_FILE
+    seen: dict[str, int | float] = {}
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            loaded = json.loads(handle.read(MAX_FACTS_BYTES).decode("utf-8"))
+        if isinstance(loaded, dict):
+            seen = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, (int, float))
+                    and not isinstance(v, bool)}
+    except (OSError, ValueError):
+        seen = {}  # none yet (or unreadable): this lookup starts the list
+    seen.pop(name, None)
+    seen[name] = value  # latest last
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{LOOKED_UP_FILE}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(seen, ensure_ascii=False), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # the result still holds what is known; only later lookups see less
+    return seen
+
+
+def _execute(ctx: ToolContext, args: Any, cancel: threading.Event) -> dict[str, Any]:
     facts = load_facts(ctx.knowledge_dir)
     name = lookup(facts, args.query)
     fact = facts[name]
     return {"query": args.query, "fact": name, "value": fact["value"], "unit": str(fact.get("unit", ""))[:40],
-            "source_id": FACTS_FILE}
+            "source_id": FACTS_FILE, "looked_up": _looked_up(ctx.artifact_dir, name, fact["value"])}
 
 
 TOOL = Tool(
@@ -99,3 +133,42 @@ TOOL = Tool(
     covers=lambda r: r.get("fact"),
     import_path="agent.tools.facts:TOOL",
 )
+
+
+# -- the fact names as a grammar choice --------------------------------------------------------------
+
+
+def bound_tool(knowledge_dir: Path) -> Tool:
+    """``lookup_fact`` for one fact base: ``query`` is one of its fact names (an enum in the schema,
+    so the decoding grammar offers exactly those and a small model cannot misspell one); a name
+    outside it is an argument rejection naming the choices. Runs in a thread (it is no import path)."""
+    facts = load_facts(knowledge_dir)
+    names = tuple(facts)
+    if not names or len(names) > MAX_CHOICES:
+        return TOOL
+    model = create_model("LookupFactArgs", __base__=StrictArgs, __doc__=LookupFactArgs.__doc__,
+                         query=(Literal[names], Field(description="The fact's name, one of the fact base's.")))
+    return replace(TOOL, args_model=model, import_path=None)
+
+
+def with_fact_names(registry: ToolRegistry | None, pack: Any) -> ToolRegistry | None:
+    """The registry for a run of ``pack`` (``packs.TaskPack``) with ``lookup_fact`` bound to the
+    pack's fact names (``bound_tool``): ``registry`` as given (None: the package's tools the pack
+    names) with that one tool replaced. ``registry`` unchanged where the pack has no local
+    ``lookup_fact`` (or MCP servers, whose tools join later) or no readable fact base."""
+    if "lookup_fact" not in pack.task.tool_names or pack.task.mcp_servers:
+        return registry
+    try:
+        bound = bound_tool(pack.knowledge_dir)
+    except ToolError:
+        return registry  # the run's lookups fail with the fact base's own error
+    if registry is None:
+        from . import registry_for
+
+        try:
+            registry = registry_for(pack.task.tool_names)
+        except KeyError:
+            return None  # the runtime names the unknown tool
+    if "lookup_fact" not in registry:
+        return registry
+    return ToolRegistry({name: bound if name == "lookup_fact" else tool for name, tool in registry.tools.items()})

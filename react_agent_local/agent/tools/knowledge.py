@@ -23,6 +23,13 @@ release rule (``average_gte``, ``every_batch_gte``), in the many ways people wri
 record can be read, the search still returns its chunks with ``data`` empty and ``data_error``
 naming the files and what is missing.
 
+Records of other rules (``records``, from ``records.read_records``): every file with a table of
+groups and numbers, keyed by date or title, with its rules as named numbers. They are returned
+where ``data`` is empty (except a record stating the release rule, which the release reader
+refused) or where there are several; a release-rule pack's result is exactly what it was. A query
+that names records (by key, title or date) covers them: each named record none of the ``top_k``
+chunks comes from adds its best chunk (``named_records``).
+
 Numbers that are integral come back as ``int`` (``72``, not ``72.0``).
 
 Aggregate ``source_sha256``: SHA-256 of the ``sha256sum``-style manifest of the knowledge files,
@@ -54,7 +61,7 @@ from typing import Any
 from pydantic import Field
 
 from .base import StrictArgs, Tool, ToolError
-from .records import RecordError, extract_records
+from .records import RULE_KEYS, RecordError, extract_records, read_records, release_rule_keys
 
 MAX_FILE_BYTES = 1024 * 1024
 CHUNK_CHARS = 600
@@ -262,6 +269,8 @@ class KnowledgeIndex:
     source_sha256: str
     file_names: list[str]
     data_error: str | None = None
+    #: records of any rule (``records.read_records``), where the search returns them (``_shown_records``)
+    records: dict[str, dict[str, Any]] | None = None
 
     def search(self, query: str, top_k: int) -> list[tuple[Chunk, float]]:
         scores = self.bm25.get_scores(tokenize(query)) if self.bm25 is not None else [0.0] * len(self.chunks)
@@ -294,10 +303,19 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
     chunks = [c for c in chunks if tokenize(c.text)]
     if not chunks:
         raise ToolError("knowledge_parse_failed", "the knowledge files contain no searchable text", False)
+    files = [(s.name, s.text) for s in sources]
     try:
-        data, data_error = extract_records([(s.name, s.text) for s in sources]), None
+        data, data_error = extract_records(files), None
     except RecordError as exc:
         data, data_error = {}, str(exc)
+    try:
+        records, records_error = _shown_records(data, read_records(files)), None
+    except RecordError as exc:
+        records, records_error = None, str(exc)
+    if records:
+        data_error = None  # records of other rules: the release rule's reading does not apply
+    elif records_error and not _states_release_rule(files):
+        data_error = records_error
     titles = {s.name: _title(s) for s in sources}
     manifest = "".join(f"{s.sha256}  {s.name}\n" for s in sources)
     return KnowledgeIndex(
@@ -307,7 +325,23 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
         source_sha256=hashlib.sha256(manifest.encode("utf-8")).hexdigest(),
         file_names=[s.name for s in sources],
         data_error=data_error,
+        records=records,
     )
+
+
+def _shown_records(data: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    """The records a search returns beside ``data``: with a release-rule record read, only when there
+    are several (one says nothing ``data`` does not); without one, the records under other rules --
+    a record stating the release rule that the release reader refused stays refused (``data_error``
+    says why), since the release rule's checks would otherwise run on a reading it did not accept."""
+    if data:
+        return records if len(records) > 1 else None
+    kept = {key: r for key, r in records.items() if not set(r["rules"]) & set(RULE_KEYS)}
+    return kept or None
+
+
+def _states_release_rule(files: list[tuple[str, str]]) -> bool:
+    return any(release_rule_keys(text) for _, text in files)
 
 
 _cache: dict[tuple, KnowledgeIndex] = {}
@@ -344,7 +378,14 @@ def _lowest(batches: dict[str, int | float]) -> tuple[str, int | float]:
     return label, batches[label]
 
 
-def _summary(data: dict[str, Any], returned: int) -> str:
+def _copy(value: Any) -> Any:
+    return {k: _copy(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+def _summary(data: dict[str, Any], returned: int, records: dict[str, dict[str, Any]] | None = None) -> str:
+    if records and not data:
+        shown = ", ".join(f"{key} ({len(r['values'])} groups)" for key, r in list(records.items())[:6])
+        return f"{len(records)} record(s): {shown}; top {returned} chunks"
     if not data:
         return f"no evaluation record could be read; top {returned} chunks"
     batches = data["batches"]
@@ -362,10 +403,50 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= CHUNK_CHARS else text[: CHUNK_CHARS - 1].rstrip() + "…"
 
 
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+
+
+def _plain(text: str) -> str:
+    """Lowercased letters, digits and CJK, every other run of characters one space."""
+    return " " + " ".join(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold())) + " "
+
+
+def record_names(key: str, record: dict[str, Any]) -> list[str]:
+    """How a query may name a record: its key, title and date, a month as a word (``March 2024``,
+    ``2024年3月``), a quarter either way round (``Q1 2024``)."""
+    names = [key, record.get("title") or "", record.get("date") or ""]
+    date = record.get("date") or ""
+    month = re.fullmatch(r"(\d{4})-(\d{2})(?:-\d{2})?", date)
+    if month:
+        year, m = month.group(1), int(month.group(2))
+        names += [f"{_MONTHS[m - 1]} {year}", f"{_MONTHS[m - 1][:3]} {year}", f"{year}年{m}月"]
+    quarter = re.fullmatch(r"(\d{4})-Q([1-4])", date)
+    if quarter:
+        names += [f"q{quarter.group(2)} {quarter.group(1)}", f"{quarter.group(1)} q{quarter.group(2)}"]
+    return [n for n in names if n.strip()]
+
+
+def named_records(query: str, records: dict[str, dict[str, Any]]) -> list[str]:
+    """Keys of the records the query names (by key, title or date), in record order."""
+    asked = _plain(query)
+    return [key for key, record in records.items() if any(_plain(n) in asked for n in record_names(key, record))]
+
+
 def search_knowledge(knowledge_dir: Path, query: str, top_k: int) -> dict[str, Any]:
-    """Rank the knowledge chunks for ``query`` and return ``top_k`` citations plus the parsed data."""
+    """Rank the knowledge chunks for ``query`` and return ``top_k`` citations plus the parsed data.
+    Each record the query names that none of those chunks comes from adds its best chunk, so a
+    search can be asked to cover named records."""
     index = load_index(knowledge_dir)
     hits = index.search(query, max(1, int(top_k)))
+    records = index.records or {}
+    named = named_records(query, records) if records else []
+    if named:
+        ranked = index.search(query, len(index.chunks))
+        for key in named:
+            source = records[key]["source_id"]
+            if not any(chunk.source_id == source for chunk, _ in hits):
+                hits += [hit for hit in ranked if hit[0].source_id == source][:1]
     citations = [
         {
             "id": f"c{rank}",
@@ -383,8 +464,12 @@ def search_knowledge(knowledge_dir: Path, query: str, top_k: int) -> dict[str, A
         "citations": citations,
         "source_sha256": index.source_sha256,
         "data": data,
-        "summary": _summary(data, len(citations)),
+        "summary": _summary(data, len(citations), records),
     }
+    if records:
+        result["records"] = {key: _copy(record) for key, record in records.items()}
+        if named:
+            result["named_records"] = named
     if index.data_error:
         # The chunks are still worth returning: the model can read the values in their text.
         result["data_error"] = {"code": "knowledge_parse_failed", "message": index.data_error}
@@ -400,7 +485,7 @@ class KnowledgeSearchArgs(StrictArgs):
     """Search the pack's knowledge files (knowledge/*.md) and return cited chunks and the data in them."""
 
     query: str = Field(min_length=1, max_length=500, description="What to look for.")
-    top_k: int = Field(default=3, ge=1, le=4, description="How many chunks to return (1..4).")
+    top_k: int = Field(default=3, ge=1, le=6, description="How many chunks to return (1..6).")
 
 
 def _render(result: dict[str, Any]) -> str:
@@ -411,6 +496,8 @@ def _render(result: dict[str, Any]) -> str:
     batches = data.get("batches") or {}
     rule = data.get("release_rule") or {}
     cited = ", ".join(f"{c.get('id')} {c.get('chunk_id')}" for c in result.get("citations", []))
+    if result.get("records") and not batches:
+        return _render_records(result["records"]) + f"; citations: {cited}"
     if not batches:
         error = (result.get("data_error") or {}).get("message", "no record found")
         excerpts = " | ".join(" ".join(str(c.get("text", "")).split()) for c in result.get("citations", []))
@@ -423,6 +510,37 @@ def _render(result: dict[str, Any]) -> str:
         text += (f"; release rule: average >= {_fmt(rule['average_gte'])} (average_gte) and every group "
                  f">= {_fmt(rule['every_batch_gte'])} (every_batch_gte)")
     return text + f"; citations: {cited}"
+
+
+def _exact(value: int | float) -> str:
+    """A record's number as the model should copy it: every digit (``1234567.5``, not ``1.23457e+06``)."""
+    return str(value) if isinstance(value, int) else repr(value)
+
+
+def _render_records(records: dict[str, dict[str, Any]]) -> str:
+    """Each record as a line: its key and file, the value column, the groups with the lowest and the
+    highest stated outright (as for the release rule), and its rules by the names checks use; with
+    several records, the groups they share with their values side by side."""
+    parts = []
+    for key, record in records.items():
+        values = record.get("values") or {}
+        text = (f"record {key} ({record.get('source_id')}): {record.get('value_column')} of {len(values)} groups: "
+                + ", ".join(f"{k} = {_exact(v)}" for k, v in values.items()))
+        if values:
+            low, high = _lowest(values), max(values, key=lambda k: values[k])
+            text += f"; lowest: {low[0]} = {_exact(low[1])}; highest: {high} = {_exact(values[high])}"
+        rules = record.get("rules") or {}
+        text += "; rules: " + (", ".join(f"{k} = {_exact(v)}" for k, v in rules.items()) if rules else "none")
+        others = [c for c in record.get("columns") or {} if c != record.get("value_column")]
+        if others:
+            text += "; other columns: " + ", ".join(others)
+        parts.append(text)
+    shared = [g for g in next(iter(records.values())).get("values") or {}
+              if all(g in (r.get("values") or {}) for r in records.values())] if len(records) > 1 else []
+    if shared:  # one group's values side by side: a change across records reads off one place
+        parts.append("by group, in record order (" + " -> ".join(records) + "): " + "; ".join(
+            f"{g} " + " -> ".join(_exact(r["values"][g]) for r in records.values()) for g in shared))
+    return " | ".join(parts)
 
 
 _FORMS = {
@@ -516,7 +634,7 @@ TOOL = Tool(
     args_model=KnowledgeSearchArgs,
     execute=lambda ctx, args, cancel: search_knowledge(ctx.knowledge_dir, args.query, args.top_k),
     timeout_seconds=5.0,
-    digest=lambda r: r.get("data"),
+    digest=lambda r: r.get("data") or r.get("records"),
     render=_render,
     hint="Ask in a few words for the values and the rule the task needs.",
     summary="Facts or rule missing: search the pack's knowledge.",

@@ -1,8 +1,11 @@
-"""Read evaluation records as people write them: per-group Task Success values and the release rule.
+"""Read evaluation records as people write them: per-group Task Success values and the release rule,
+and records of any other rule.
 
 ``extract_records([(file_name, markdown_text), ...])`` returns
 ``{"batches": {label: number, ...}, "release_rule": {"average_gte": n, "every_batch_gte": n}}``
-or raises ``RecordError``. Standalone on purpose (stdlib only), so it can be tested on its own.
+or raises ``RecordError``. ``read_records(files)`` returns every record of any rule, one per file
+with a table, keyed by date or title, its rules as named numbers (see its docstring). Standalone on
+purpose (stdlib only), so it can be tested on its own.
 
 The whole text is NFKC-normalised first, so full-width digits, colons, equals signs, percent signs,
 parentheses and pipes (``７２％``, ``：``, ``＝``, ``（）``, ``｜``) read like their ASCII forms.
@@ -260,6 +263,11 @@ def _rule_values(text: str) -> list[tuple[str, int | float]]:
     return found
 
 
+def release_rule_keys(text: str) -> set[str]:
+    """The release rule's keys a text states (``average_gte``, ``every_batch_gte``), however written."""
+    return {key for key, _ in _rule_values(unicodedata.normalize("NFKC", text))}
+
+
 # --- putting files together --------------------------------------------------------------------
 
 
@@ -305,3 +313,236 @@ def extract_records(files: list[tuple[str, str]]) -> dict:
             + f" in {_file_list(names)}"
         )
     return {"batches": batches, "release_rule": {key: rule[key] for key in RULE_KEYS}}
+
+
+# =================================================================================================
+# Records of any rule: several files, each a record keyed by its date or title, rules as named numbers
+# =================================================================================================
+
+# Headings of a section whose ``name: number`` lines are rules, whatever the names are.
+_RULE_HEADING = re.compile(r"rule|threshold|polic|limit|criteri|target|requirement|standard|gate|"
+                           r"规则|阈值|标准|要求|门槛", re.IGNORECASE)
+_HEADING_LINE = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+# A name that reads as a threshold wherever it stands (outside a rules section).
+_RULE_WORD = re.compile(r"(?:^|_)(?:floor|ceiling|spread|ratio|count|average|avg|mean|target|limit|threshold|"
+                        r"cap|gap|drop|gain|change|bound|min|max|minimum|maximum|gte|ge|lte|le|gt|lt)(?:_|$)")
+# A list or plain line stating one rule: "- Max spread: 15", "* `floor` = 70 %", "floor ≥ 70"
+_RULE_LINE = re.compile(
+    r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?[`'\"*]*([^\W\d][\w \-]{0,40}?)[`'\"*]*\s*(?::|==?|>=|=>|≥|⩾|<=|=<|≤|⩽)\s*"
+    rf"[`'\"*]*\s*({_NUM})\s*%?(?!\.?\d)")
+_DATE = re.compile(r"(?<!\d)(\d{4})[-_/.](\d{1,2})(?:[-_/.](\d{1,2}))?(?!\d)")
+_QUARTER = re.compile(r"(?<![A-Za-z0-9])(?:Q([1-4])[\s_-]*(\d{4})|(\d{4})[\s_-]*Q([1-4]))(?![A-Za-z0-9])", re.IGNORECASE)
+_DIAGNOSTIC_WORDS = ("tasks", "runs", "steps", "latency", "samples", "count", "n", "任务数", "步数", "延迟")
+_RULE_TABLE_WORDS = {"rule", "rules", "threshold", "thresholds", "key", "setting", "parameter", "limit", "name",
+                     "规则", "阈值", "参数"}
+
+
+def rule_name(raw: str) -> str | None:
+    """A rule's name as checks refer to it: ``Max spread`` / ``max-spread`` / ``maxSpread`` ->
+    ``max_spread``; the release rule's spellings -> ``average_gte`` / ``every_batch_gte``."""
+    text = _clean(raw).strip("`'\"*_- ")
+    if not text:
+        return None
+    release = _rule_key(text.replace(" ", "_"))
+    if release:
+        return release
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text).lower()
+    text = re.sub(r"[\s\-_]+", "_", text).strip("_")
+    return text if re.fullmatch(r"[^\W\d]\w{0,40}", text) else None
+
+
+def _rule_like(name: str) -> bool:
+    return bool(_RULE_WORD.search(name)) or name in RULE_KEYS
+
+
+def _front_matter(text: str) -> tuple[dict[str, str], list[tuple[str, int | float]], str]:
+    """(top-level text fields, rules, the text after it) of a leading ``---`` block."""
+    if not text.startswith("---"):
+        return {}, [], text
+    end = text.find("\n---", 3)
+    if end < 0:
+        return {}, [], text
+    fields, rules = {}, []
+    for line in text[3:end].splitlines():
+        match = re.match(r"^(\s*)([^\s:#][^:]*?)\s*:\s*(.*?)\s*$", line)
+        if not match:
+            continue
+        key, value = match.group(2).strip().strip("'\""), match.group(3).strip().strip("'\"")
+        number = _number(value)
+        if number is not None and (name := rule_name(key)):
+            rules.append((name, number))
+        elif not match.group(1) and value:
+            fields[key.lower()] = value
+    return fields, rules, text[end + 4:]
+
+
+def _date_of(*texts: str) -> str | None:
+    """``2024-03``, ``2024-03-31`` or ``2024-Q1`` from the first of ``texts`` that names one."""
+    for text in texts:
+        if not text:
+            continue
+        quarter = _QUARTER.search(text)
+        date = _DATE.search(text)
+        if date and (not quarter or date.start() <= quarter.start()):
+            year, month, day = date.groups()
+            if 1 <= int(month) <= 12:
+                return f"{year}-{int(month):02d}" + (f"-{int(day):02d}" if day else "")
+        if quarter:
+            q, year = (quarter.group(1), quarter.group(2)) if quarter.group(1) else (quarter.group(4), quarter.group(3))
+            return f"{year}-Q{q}"
+    return None
+
+
+def _in_rule_section(lines: list[str]) -> list[bool]:
+    """For each line: does it stand in a section whose heading names rules (up to the next heading
+    of that level or above)?"""
+    flags, level = [], 0  # level 0: not in a rules section
+    for line in lines:
+        heading = _HEADING_LINE.match(line)
+        if heading and (not level or len(heading.group(1)) <= level):
+            level = len(heading.group(1)) if _RULE_HEADING.search(heading.group(2)) else 0
+            flags.append(False)
+            continue
+        flags.append(bool(level))
+    return flags
+
+
+def _named_rules(text: str) -> list[tuple[str, int | float]]:
+    """Rules stated anywhere in a file: ``name op number`` for names that read as thresholds, and
+    any ``name op number`` line or table row inside a section headed as rules."""
+    found = []
+    lines = text.splitlines()
+    for line, in_rules in zip(lines, _in_rule_section(lines)):
+        match = _RULE_LINE.match(line) if in_rules else None
+        if match and (name := rule_name(match.group(1))):
+            found.append((name, _number(match.group(2))))  # "- Max spread: 15": the whole line names it
+            continue
+        for statement in _RULE_STATEMENT.finditer(line):
+            name = rule_name(statement.group(1))
+            if name and _rule_like(name):
+                found.append((name, _number(statement.group(2))))
+    for header, rows in _tables(text):
+        if _rule_table(header):  # | rule | value |
+            for row in rows:
+                value = next((v for c in row[1:] if (v := _number(c)) is not None), None)
+                if row and value is not None and (name := rule_name(row[0])):
+                    found.append((name, value))
+        elif len(rows) == 1 and all((n := rule_name(h)) and _rule_like(n) for h in header):  # keys across
+            for cell, value in zip(header, rows[0]):
+                if (number := _number(value)) is not None:
+                    found.append((rule_name(cell), number))
+    return found
+
+
+def _numeric_columns(header: list[str], rows: list[list[str]]) -> list[int]:
+    """Columns of numbers: at least half of their cells are (a cell that is not then is an error,
+    never a group dropped without a word)."""
+    def numbers(i: int) -> int:
+        return sum(1 for r in rows if i < len(r) and _number(r[i]) is not None)
+
+    return [i for i in range(len(header)) if rows and numbers(i) and 2 * numbers(i) >= len(rows)]
+
+
+def _rule_table(header: list[str]) -> bool:
+    """``| rule | value |`` (or ``| name | threshold |`` ...): a table of rules, not of groups."""
+    return _squash(header[0]) in _RULE_TABLE_WORDS and (
+        len(header) == 2 or _squash(header[1]) in {"value", "values", "number", "threshold", "limit", "数值", "值", "阈值"})
+
+
+def _table_columns(name: str, header: list[str], rows: list[list[str]]) -> tuple[str, dict] | None:
+    """(value column header, {header: {group: number}} of every numeric column) of one table of
+    groups, or None when it is no such table."""
+    rows = [r for r in rows if any(c.strip() for c in r)]
+    if not rows or _rule_table(header) or all((n := rule_name(h)) and _rule_like(n) for h in header):
+        return None
+    numeric = _numeric_columns(header, [r for r in rows if _squash(_clean(r[0])) not in _SUMMARY_LABELS])
+    value_col = _value_column(header)
+    if value_col is None:
+        plain = [i for i in numeric if _squash(header[i]) not in _DIAGNOSTIC_WORDS
+                 and not any(w in _squash(header[i]) for w in ("latency", "steps", "延迟"))]
+        value_col = (plain or [None])[0]
+    if value_col is None:
+        return None
+    label_col = _label_column(header, rows, value_col)
+    if label_col is None or label_col in numeric:
+        return None
+    columns: dict[str, list] = {}
+    for col in dict.fromkeys([value_col, *numeric]):
+        pairs = []
+        for row in rows:
+            label = _clean(row[label_col]) if label_col < len(row) else ""
+            if not label or _squash(label) in _SUMMARY_LABELS:
+                continue
+            value = _number(row[col]) if col < len(row) else None
+            if value is None:
+                raise _fail(f"{name}: '{_clean(header[col])[:40]}' of '{label[:40]}' is not a number "
+                            f"('{(row[col] if col < len(row) else '')[:20]}')")
+            pairs.append((label, value, name))
+        columns[_clean(header[col]) or f"column {col + 1}"] = pairs
+    return _clean(header[value_col]) or f"column {value_col + 1}", columns
+
+
+def _value_table(name: str, text: str) -> dict | None:
+    """The groups and numbers of a file: the tables whose value column is the first table's (a
+    task-success column preferred), merged, with every numeric column by header."""
+    tables = [t for header, rows in _tables(text) if (t := _table_columns(name, header, rows))]
+    if not tables:
+        return None
+    preferred = [t for t in tables if _value_column([t[0]]) is not None] or tables
+    value_header = preferred[0][0]
+    columns: dict[str, list] = {}
+    for header, table in tables:
+        if _squash(header) == _squash(value_header):
+            for column, pairs in table.items():
+                columns.setdefault(column, []).extend(pairs)
+    merged = {column: _merge(pairs, f"'{column[:40]}'") for column, pairs in columns.items()}
+    return {"value_column": value_header, "values": merged[value_header],
+            "columns": merged if len(merged) > 1 else None}
+
+
+def read_records(files: list[tuple[str, str]]) -> dict[str, dict]:
+    """files = [(file_name, markdown_text), ...] -> ``{key: record}``, one record per file with a
+    table of groups and numbers, keyed by its date (front matter ``date:``, or a date in its title or
+    file name: ``2024-03``, ``2024-03-31``, ``2024-Q1``) else its title (``# heading``, front matter
+    ``title:``) else its file stem; in date order when every record has a date, else in file order.
+
+    A record is ``{"title", "date", "source_id", "value_column", "values": {group: number},
+    "rules": {name: number}}`` (and ``"columns"``: every numeric column by header, when there are
+    several). A rule is a named number: ``name: 70`` / ``name = 70`` / ``name >= 70`` as a list line,
+    in a sentence (names that read as thresholds: floor, ceiling, max_spread, min_ratio, ...), any
+    such line or ``| name | value |`` row in a section headed as rules (``## Rules``, ``## 阈值``),
+    front matter, a fenced YAML/JSON block; names are normalised (``Max spread`` -> ``max_spread``).
+    A file with rules and no table holds rules every record shares. The same rule or group with two
+    values in one record, or a non-numeric cell in a numeric column, is a ``RecordError``."""
+    shared: list[tuple[str, int | float, str]] = []
+    found = []
+    for position, (raw_name, raw_text) in enumerate(files):
+        name = _base_name(raw_name)
+        text = unicodedata.normalize("NFKC", raw_text)
+        fields, front_rules, body = _front_matter(text)
+        rules = [(key, value, name) for key, value in front_rules + _named_rules(body)]
+        table = _value_table(name, body)
+        if table is None:
+            shared += rules
+            continue
+        title = next((m.group(2) for line in body.splitlines() if (m := _HEADING_LINE.match(line))
+                      and len(m.group(1)) == 1), None) or fields.get("title") or name.rsplit(".", 1)[0]
+        date = _date_of(fields.get("date", ""), title, name)
+        found.append((position, name, title, date, table, rules))
+    records = []
+    for position, name, title, date, table, rules in found:
+        merged = _merge(shared + rules, "rule values")
+        record = {"title": title, "date": date, "source_id": name, "value_column": table["value_column"],
+                  "values": table["values"], "rules": merged}
+        if table["columns"]:
+            record["columns"] = table["columns"]
+        records.append((position, record))
+    if all(r["date"] for _, r in records):
+        records.sort(key=lambda pr: (pr[1]["date"], pr[0]))
+    out: dict[str, dict] = {}
+    for _, record in records:
+        key = record["date"] or record["title"]
+        if key in out:
+            key = f"{key} ({record['source_id']})"
+        out[key] = record
+    return out

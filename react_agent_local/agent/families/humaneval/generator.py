@@ -1,6 +1,7 @@
 """``generated:humaneval:N``: one pack per problem of the seed-chosen subset::
 
-    task.json                   the goal, guided: read the stub, write the whole file, run the examples
+    task.json                   the goal, guided: read the stub, run the examples, write the function
+                                (its def line and docstring as given, then the body), run them again
     workspace/solution.py       the problem's prompt (signature, docstring) with a body to replace
     workspace/tests/examples.txt    the docstring's examples as a doctest (protected)
     data/hidden/hidden_check.py the benchmark's check(candidate), for the graders only
@@ -24,13 +25,13 @@ PROTECTED_STOP_REASONS = ["cancelled", "max_steps", "tool_budget", "token_budget
                           "invalid_decision"]
 HINTS = {
     "read_file": "Read solution.py.",
-    "write_file": "path: solution.py; content: the whole file, with {name} implemented as its docstring says "
-                  "(keep the imports, the signature and any other function).",
+    "replace_function": "path: solution.py; name: {name}; source: its whole definition (the def line, the "
+                        "docstring and the body), implemented as its docstring says.",
     "bash": "Run the examples.",
 }
 SUMMARIES = {
     "read_file": "Read the function to implement.",
-    "write_file": "Write solution.py with the function implemented.",
+    "replace_function": "Write the function's definition, implemented.",
     "bash": "Run the docstring's examples on the current file.",
     "final": "The examples passed on the current file: finish.",
 }
@@ -41,7 +42,7 @@ def pack_files(name: str, problem: Problem) -> dict[str, str]:
             f"examples are in tests/examples.txt; `{TEST_COMMAND}` must pass. Do not change the tests.")
     hints = {k: v.replace("{name}", problem.entry_point) for k, v in HINTS.items()}
     task = {
-        "id": name, "goal": goal, "required_tools": ["read_file", "write_file", "bash"], "mode": "guided",
+        "id": name, "goal": goal, "required_tools": ["read_file", "replace_function", "bash"], "mode": "guided",
         "subgoals": {"read_file": ["solution.py"]}, "answer_form": "I implemented {name} and the examples pass.",
         "hints": hints, "summaries": SUMMARIES,
         "workspace": {"template": "workspace", "protected": PROTECTED, "test_command": TEST_COMMAND},

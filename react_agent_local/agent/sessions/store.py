@@ -1,0 +1,716 @@
+"""The session store: one JSONL file per session, appended as a conversation happens.
+
+A session is ``<sessions_dir>/session-<id>.jsonl``; its id is ``<UTC timestamp>-<uuid4 hex>``
+(``20250501T101500123456Z-1b4e...``, to the microsecond), so names sort by creation. Each line is
+one record, a JSON object with ``uuid``, ``parent_uuid`` (the record before it; None for the
+first), ``type`` and ``at`` (UTC time), then its payload:
+
+    session_meta     first, once: ``id``, ``created_at``, ``format``, ``pack`` and caller metadata
+    turn.started     ``turn`` (1, 2, ...) and the user's ``message``
+    event            ``turn`` and one trace event of that turn's run (``agent/trace.py``)
+    observation      ``turn`` and one Observation, kept when compaction drops a turn's events
+    turn.finished    ``turn``, ``status``, ``stop_reason``, ``final``, ``error``, ``observation_ids``
+    turn.interrupted ``turn`` and ``reason``: the process ended inside the turn (written on resume)
+    compacted        the conversation carried into later turns, as compaction left it
+                     (``agent/sessions/compaction.py``), with its sizes before and after
+
+Durability. Records are appended as they happen (one ``write`` of one whole line) and the file is
+fsynced when a turn starts and ends, so a crash loses at most the tail of the turn in progress.
+Reading parses every line; one that is cut off or not a record is skipped, so a file torn at its
+tail reads up to its last good record. Opening a session to continue it (``SessionStore.open``)
+cuts such a tail off, then marks a turn that was started and never finished with
+``turn.interrupted``; it never writes an old record again, so a resumed session holds each uuid once.
+Compaction rewrites the file: the new content goes to a temporary file, which is fsynced, locked and
+renamed over the old one (``os.replace``), and the folder is fsynced, so a crash leaves either
+file whole.
+
+Safety. Everything written passes ``trace.redact`` (the operator's secrets through
+``secrets.scrub``, absolute paths, the user's name) and is strict JSON. Files are opened relative to
+the sessions folder's descriptor with ``O_NOFOLLOW``, so a session file swapped for a symlink is
+refused, never read or written through (as ``job_store.py`` does for run folders). One process at a
+time holds a session open for writing (``flock``; ``SessionBusy`` for the next). What ``list`` and
+``view`` return holds ids, times, counts and redacted text, never a path.
+
+Caps. ``max_sessions`` and ``max_total_bytes`` bound the folder (the oldest sessions not held open go
+first, when a session is created); ``max_session_bytes`` bounds one file: past it no more ``event``
+records are appended (turn records still are, and count what was left out), and
+``turns.Conversation`` compacts a session past ``compact_bytes`` and refuses a turn (``SessionFull``)
+when compaction cannot bring it under ``max_session_bytes``.
+
+Exceptions::
+
+    SessionError        base of the store's errors (a public message, a stable ``code``)
+     +-- SessionNotFound  no session with that id (or a malformed id)         code session_not_found
+     +-- SessionBusy      another process holds the session open              code session_busy
+     +-- SessionCorrupt   the file is not a session (no readable session_meta) code session_corrupt
+     +-- SessionFull      the session is at its size cap                      code session_full
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import stat
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..contracts import Observation
+from ..packs import DEFAULT_RUNS_DIR
+from ..trace import redact
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; one writer per session is then the caller's to keep
+    fcntl = None  # type: ignore[assignment]
+
+#: Sessions of the CLI: inside the runs folder (ignored by git in a checkout).
+DEFAULT_SESSIONS_DIR = DEFAULT_RUNS_DIR / "sessions"
+FORMAT = 1
+SESSION_ID = re.compile(r"^[0-9]{8}T[0-9]{12}Z-[0-9a-f]{32}$")
+_FILE = re.compile(r"^session-([0-9]{8}T[0-9]{12}Z-[0-9a-f]{32})\.jsonl$")
+MAX_RECORD_BYTES = 1024 * 1024  # a record larger than this is stored as a stub that says so
+PREVIEW_CHARS = 80
+TURN_RECORDS = ("turn.started", "turn.finished", "turn.interrupted")
+OBSERVATION_EVENTS = ("tool.observation", "tool.rejected")
+INTERRUPTED_REASON = "the process ended before the turn finished"
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_DIR_FD = bool(_NOFOLLOW) and os.open in os.supports_dir_fd
+
+
+class SessionError(Exception):
+    """A session cannot be used as asked; ``message`` is public, ``code`` stable."""
+
+    code = "session_error"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class SessionNotFound(SessionError, LookupError):
+    code = "session_not_found"
+
+
+class SessionBusy(SessionError):
+    code = "session_busy"
+
+
+class SessionCorrupt(SessionError):
+    code = "session_corrupt"
+
+
+class SessionFull(SessionError):
+    code = "session_full"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_session_id() -> str:
+    # microseconds: sessions created in the same second still sort in the order they were made
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex
+
+
+def file_name(session_id: str) -> str:
+    return f"session-{session_id}.jsonl"
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+@dataclass
+class TurnView:
+    """One turn as its records tell it. ``state``: ``finished``, ``interrupted`` or ``open`` (its
+    process may still be running it, or died and nobody has resumed the session yet)."""
+
+    number: int
+    message: str
+    state: str
+    started: dict[str, Any]
+    ended: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        return (self.ended or {}).get("final")
+
+    @property
+    def stop_reason(self) -> str | None:
+        return (self.ended or {}).get("stop_reason")
+
+
+@dataclass
+class SessionLog:
+    """A session file as read: its good records in order, and what was skipped."""
+
+    id: str
+    records: list[dict[str, Any]]
+    size: int
+    #: lines that were not records (cut off by a crash, or damaged) and were skipped
+    skipped_lines: int = 0
+    #: byte offset just after the last good record: what a resumed session keeps
+    good_end: int = 0
+
+    @classmethod
+    def parse(cls, session_id: str, data: bytes) -> "SessionLog":
+        records: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        skipped = good_end = offset = 0
+        for raw in data.split(b"\n"):
+            end = offset + len(raw) + 1
+            whole = end <= len(data)  # the last piece has no newline: a record cut off mid-write
+            offset = end
+            if not raw.strip():
+                continue
+            record = _record(raw) if whole else None
+            if record is None or record["uuid"] in seen:
+                skipped += 1
+                continue
+            seen.add(record["uuid"])
+            records.append(record)
+            good_end = end
+        if not records or records[0].get("type") != "session_meta":
+            raise SessionCorrupt(f"session {session_id} has no readable session_meta record")
+        return cls(id=session_id, records=records, size=len(data), skipped_lines=skipped, good_end=good_end)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.records[0]
+
+    @property
+    def last_uuid(self) -> str | None:
+        return self.records[-1]["uuid"] if self.records else None
+
+    def turns(self) -> list[TurnView]:
+        turns: dict[int, TurnView] = {}
+        for record in self.records:
+            kind, number = record.get("type"), record.get("turn")
+            if kind == "turn.started" and isinstance(number, int) and number not in turns:
+                turns[number] = TurnView(number=number, message=str(record.get("message", "")), state="open",
+                                         started=record)
+                continue
+            turn = turns.get(number) if isinstance(number, int) else None
+            if turn is None:
+                continue
+            if kind in ("turn.finished", "turn.interrupted") and turn.ended is None:
+                turn.ended, turn.state = record, "finished" if kind == "turn.finished" else "interrupted"
+            elif kind == "event" and isinstance(record.get("event"), dict):
+                turn.events.append(record["event"])
+                obs = _observation_of(record["event"])
+                if obs is not None:
+                    turn.observations.append(obs)
+            elif kind == "observation":
+                obs = _observation(record.get("observation"))
+                if obs is not None:
+                    turn.observations.append(obs)
+        return [turns[n] for n in sorted(turns)]
+
+    def observations(self) -> list[Observation]:
+        """Every Observation of the session, in the order recorded (each id once)."""
+        seen: dict[str, Observation] = {}
+        for turn in self.turns():
+            for obs in turn.observations:
+                seen.setdefault(obs.id, obs)
+        return list(seen.values())
+
+    def open_turn(self) -> int | None:
+        """The turn started and never finished or marked interrupted, if any."""
+        open_turns = [t.number for t in self.turns() if t.state == "open"]
+        return open_turns[-1] if open_turns else None
+
+    def next_turn(self) -> int:
+        return max((t.number for t in self.turns()), default=0) + 1
+
+    def compaction(self) -> dict[str, Any] | None:
+        """The latest ``compacted`` record: the conversation carried through its ``through_turn``."""
+        return next((r for r in reversed(self.records) if r.get("type") == "compacted"), None)
+
+    def summary(self) -> dict[str, Any]:
+        """The public list entry: id, created, turns, last message preview, size (no path)."""
+        turns = self.turns()
+        last = turns[-1] if turns else None
+        preview = last.message if last else ""
+        return {
+            "id": self.id,
+            "created_at": self.meta.get("created_at"),
+            "pack": self.meta.get("pack"),
+            "turns": len(turns),
+            "finished_turns": sum(1 for t in turns if t.state == "finished"),
+            "last_message": preview if len(preview) <= PREVIEW_CHARS else preview[:PREVIEW_CHARS - 1] + "…",
+            "last_state": last.state if last else None,
+            "updated_at": self.records[-1].get("at"),
+            "bytes": self.size,
+            "compactions": sum(1 for r in self.records if r.get("type") == "compacted"),
+        }
+
+
+def _record(raw: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("uuid"), str) \
+            or not isinstance(record.get("type"), str):
+        return None
+    return record
+
+
+def _observation(value: Any) -> Observation | None:
+    try:
+        return Observation.model_validate(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def _observation_of(event: dict[str, Any]) -> Observation | None:
+    return _observation(event.get("observation")) if event.get("type") in OBSERVATION_EVENTS else None
+
+
+# -- the folder ----------------------------------------------------------------------------------
+
+
+class _Folder:
+    """The sessions folder opened once; its files opened relative to it without following a link.
+
+    The folder itself is the operator's choice and may be a link. Without ``dir_fd`` (Windows) each
+    file is checked with ``lstat`` before it is opened instead.
+    """
+
+    def __init__(self, root: Path):
+        self.path = Path(root)
+        self.fd = os.open(self.path, os.O_RDONLY | _DIRECTORY | _CLOEXEC) if _DIR_FD else None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def open(self, name: str, flags: int, mode: int = 0o600) -> int:
+        if self.fd is not None:
+            return os.open(name, flags | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
+        try:
+            if stat.S_ISLNK(os.lstat(self.path / name).st_mode):
+                raise OSError(errno.ELOOP, "a session file is a link")
+        except FileNotFoundError:
+            pass
+        return os.open(self.path / name, flags | getattr(os, "O_BINARY", 0), mode)
+
+    def stat(self, name: str) -> os.stat_result:
+        if self.fd is not None:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        return os.lstat(self.path / name)
+
+    def replace(self, src: str, dst: str) -> None:
+        if self.fd is not None:
+            os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        else:
+            os.replace(self.path / src, self.path / dst)
+
+    def unlink(self, name: str) -> None:
+        if self.fd is not None:
+            os.unlink(name, dir_fd=self.fd)
+        else:
+            os.unlink(self.path / name)
+
+    def sync(self) -> None:
+        """Make a rename in the folder durable (where the platform can)."""
+        if self.fd is not None:
+            try:
+                os.fsync(self.fd)
+            except OSError:  # some filesystems refuse fsync on a directory; the rename still happened
+                pass
+
+    def names(self) -> Iterator[str]:
+        with os.scandir(self.fd if self.fd is not None else self.path) as entries:
+            for entry in entries:
+                yield entry.name
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    if st.st_size > limit:
+        raise OSError(errno.EFBIG, "session file over its size limit")
+    chunks, offset = [], 0
+    while offset <= limit:
+        chunk = os.pread(fd, 1 << 20, offset) if hasattr(os, "pread") else _read_at(fd, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, "session file grew past its size limit")
+    return data
+
+
+def _read_at(fd: int, offset: int) -> bytes:
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, 1 << 20)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _lock(fd: int) -> bool:
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+# -- an open session -----------------------------------------------------------------------------
+
+
+class Session:
+    """A session held open for writing by this process (``SessionStore.create`` / ``open``).
+
+    ``log`` is the session as written so far. ``append`` writes one record and returns it as stored;
+    ``sync`` makes what was written durable; ``rewrite`` replaces the file atomically. Thread-safe.
+    """
+
+    def __init__(self, store: "SessionStore", log: SessionLog, fd: int):
+        self.store = store
+        self.log = log
+        self.id = log.id
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+        self.dropped_events = 0  # event records left out at the size cap, since the last turn record
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                try:
+                    os.fsync(self._fd)
+                except OSError:
+                    pass
+                os.close(self._fd)  # releases the lock
+                self._fd = None
+
+    def append(self, kind: str, **payload: Any) -> dict[str, Any] | None:
+        """Write one record (redacted, strict JSON) after the last one; None when an ``event``
+        record was left out at the size cap."""
+        with self._lock:
+            if self._fd is None:
+                raise SessionError(f"session {self.id} is closed")
+            if kind == "event" and self.log.size >= self.store.max_session_bytes:
+                self.dropped_events += 1
+                return None
+            record = redact({"uuid": uuid.uuid4().hex, "parent_uuid": self.log.last_uuid, "type": kind,
+                             "at": now(), **payload})
+            data = _line(record)
+            if len(data) > MAX_RECORD_BYTES:
+                record = {key: record[key] for key in ("uuid", "parent_uuid", "type", "at")}
+                record.update({k: payload[k] for k in ("turn",) if k in payload},
+                              omitted=f"the record had {len(data)} bytes, more than {MAX_RECORD_BYTES}")
+                data = _line(record)
+            _write_all(self._fd, data)
+            self.log.records.append(record)
+            self.log.size += len(data)
+            self.log.good_end = self.log.size
+            return record
+
+    def sync(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+
+    def compact(self, through_turn: int, **payload: Any) -> dict[str, Any]:
+        """Rewrite the session as a ``compacted`` record through ``through_turn`` leaves it: the
+        events of those turns give way to their Observations (the evidence stays), earlier
+        ``compacted`` records go (this one supersedes them), every other record is kept as it was.
+        Returns the ``compacted`` record."""
+        kept: list[dict[str, Any]] = []
+        dropped = 0
+        for record in self.log.records:
+            kind, turn = record.get("type"), record.get("turn")
+            if kind == "compacted":
+                continue
+            if kind == "event" and isinstance(turn, int) and turn <= through_turn:
+                dropped += 1
+                event = record.get("event") if isinstance(record.get("event"), dict) else {}
+                if _observation_of(event) is not None:
+                    kept.append({"uuid": uuid.uuid4().hex, "parent_uuid": None, "type": "observation",
+                                 "at": record.get("at"), "turn": turn, "observation": event["observation"]})
+                continue
+            kept.append(record)
+        compacted = redact({"uuid": uuid.uuid4().hex, "parent_uuid": None, "type": "compacted", "at": now(),
+                            "through_turn": through_turn, "dropped_events": dropped, **payload})
+        self.rewrite([*kept, compacted])
+        return self.log.records[-1]
+
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Replace the file by ``records`` (their uuids kept, each one's parent the record before
+        it): written to a temporary file, fsynced, locked, renamed over the session, folder fsynced."""
+        with self._lock:
+            if self._fd is None:
+                raise SessionError(f"session {self.id} is closed")
+            folder, name = self.store._folder, file_name(self.id)
+            tmp = f".{name}.tmp"
+            linked, parent = [], None
+            for record in records:
+                linked.append({**record, "parent_uuid": parent})
+                parent = record["uuid"]
+            data = b"".join(_line(r) for r in linked)
+            try:
+                folder.unlink(tmp)  # a leftover of a crash during an earlier rewrite
+            except FileNotFoundError:
+                pass
+            fd = folder.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+                if not _lock(fd):
+                    raise SessionBusy(f"session {self.id}: the rewritten file is locked by another process")
+                folder.replace(tmp, name)
+            except BaseException:
+                os.close(fd)
+                try:
+                    folder.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+            folder.sync()
+            os.close(self._fd)  # the old file's lock goes with it; the new file is already locked
+            self._fd = fd
+            self.log = SessionLog(id=self.id, records=linked, size=len(data), good_end=len(data))
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class SessionStore:
+    """The sessions folder: create, open (resume), read, list, delete, and retention.
+
+    ``create`` and ``open`` return a ``Session`` this process holds for writing; ``read`` and ``list``
+    only read (a session another process is writing can be read meanwhile).
+    """
+
+    def __init__(self, root: Path, *, max_sessions: int = 100, max_total_bytes: int = 256 * 1024 * 1024,
+                 max_session_bytes: int = 8 * 1024 * 1024, compact_bytes: int | None = None):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_sessions = max_sessions
+        self.max_total_bytes = max_total_bytes
+        self.max_session_bytes = max_session_bytes
+        #: past this size a conversation compacts its session before the next turn
+        self.compact_bytes = compact_bytes if compact_bytes is not None else max_session_bytes * 3 // 4
+        self._folder = _Folder(self.root)
+        self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+    def close(self) -> None:
+        self._folder.close()
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def create(self, pack: str | None = None, **meta: Any) -> Session:
+        """A new session with its ``session_meta`` record (``pack`` and ``meta`` are public values)."""
+        session_id = new_session_id()
+        fd = self._folder.open(file_name(session_id), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL)
+        _lock(fd)
+        session = Session(self, SessionLog(id=session_id, records=[], size=0), fd)
+        session.append("session_meta", id=session_id, created_at=now(), format=FORMAT, pack=pack, **meta)
+        session.sync()
+        self._folder.sync()
+        self.enforce_retention(keep={session_id})
+        return session
+
+    def open(self, session_id: str) -> Session:
+        """The session held for writing, ready to continue: a torn tail cut off, an unfinished turn
+        marked ``turn.interrupted``. ``SessionBusy`` while another process holds it."""
+        name = self._name(session_id)
+        try:
+            fd = self._folder.open(name, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            raise SessionNotFound(f"no session {session_id}") from None
+        except OSError as exc:
+            code = errno.errorcode.get(exc.errno, "error")
+            raise SessionCorrupt(f"session {session_id} cannot be opened ({code})") from None
+        try:
+            if not _lock(fd):
+                raise SessionBusy(f"session {session_id} is open in another process")
+            # The file may have been renamed over (compacted) between our open and our lock.
+            if not os.path.samestat(os.fstat(fd), self._folder.stat(name)):
+                raise SessionBusy(f"session {session_id} was rewritten while it was opened; open it again")
+            try:
+                self._folder.unlink(f".{name}.tmp")  # a rewrite a crash interrupted: the session file is whole
+            except FileNotFoundError:
+                pass
+            log = SessionLog.parse(session_id, self._read(fd))
+            if log.good_end < log.size:  # a record cut off by a crash: drop it before appending
+                os.ftruncate(fd, log.good_end)
+                os.fsync(fd)
+                log.size = log.good_end
+        except BaseException:
+            os.close(fd)
+            raise
+        session = Session(self, log, fd)
+        unfinished = log.open_turn()
+        if unfinished is not None:
+            session.append("turn.interrupted", turn=unfinished, reason=INTERRUPTED_REASON)
+            session.sync()
+        return session
+
+    def read(self, session_id: str) -> SessionLog:
+        """The session as it is on disk now (no lock, nothing written)."""
+        name = self._name(session_id)
+        try:
+            fd = self._folder.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            raise SessionNotFound(f"no session {session_id}") from None
+        except OSError:
+            raise SessionCorrupt(f"session {session_id} cannot be opened") from None
+        try:
+            return SessionLog.parse(session_id, self._read(fd))
+        finally:
+            os.close(fd)
+
+    def view(self, session_id: str) -> dict[str, Any]:
+        """A session for display: its list entry and its turns (message, state, answer, events)."""
+        log = self.read(session_id)
+        return {**log.summary(), "turns": [
+            {"turn": t.number, "message": t.message, "state": t.state, "final": t.final,
+             "stop_reason": t.stop_reason, "observation_ids": [o.id for o in t.observations],
+             "events": t.events} for t in log.turns()]}
+
+    def list(self) -> list[dict[str, Any]]:
+        """The list entries of every readable session, newest first (see ``SessionLog.summary``)."""
+        out = []
+        for session_id in reversed(self.ids()):
+            try:
+                st = self._folder.stat(file_name(session_id))
+                key = (st.st_size, st.st_mtime_ns)
+                cached = self._summaries.get(session_id)
+                if cached is None or cached[0] != key:
+                    cached = (key, self.read(session_id).summary())
+                    self._summaries[session_id] = cached
+                out.append(cached[1])
+            except (SessionError, OSError):
+                continue
+        return out
+
+    def ids(self) -> list[str]:
+        """Ids of the session files in the folder, oldest first (links and other files ignored)."""
+        found = []
+        for name in self._folder.names():
+            match = _FILE.match(name)
+            if match:
+                try:
+                    if stat.S_ISREG(self._folder.stat(name).st_mode):
+                        found.append(match.group(1))
+                except OSError:
+                    continue
+        return sorted(found)
+
+    def resolve(self, text: str) -> str:
+        """A session id from what a person typed: the whole id, or a prefix only one id has."""
+        text = text.strip()
+        if text.startswith("session-"):
+            text = text[len("session-"):].removesuffix(".jsonl")
+        ids = self.ids()
+        if text in ids:
+            return text
+        matches = [i for i in ids if i.startswith(text)] if len(text) >= 4 else []
+        if len(matches) == 1:
+            return matches[0]
+        raise SessionNotFound(f"no session {text}" if not matches else f"{len(matches)} sessions start with {text}")
+
+    def delete(self, session_id: str) -> None:
+        """Remove a session and its artifacts; ``SessionBusy`` while a process holds it open."""
+        name = self._name(session_id)
+        try:
+            fd = self._folder.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            raise SessionNotFound(f"no session {session_id}") from None
+        try:
+            if not _lock(fd):
+                raise SessionBusy(f"session {session_id} is open in another process")
+            self._folder.unlink(name)
+        finally:
+            os.close(fd)
+        self._summaries.pop(session_id, None)
+        artifacts = self.artifact_dir(session_id)
+        if artifacts.is_dir() and not artifacts.is_symlink():
+            shutil.rmtree(artifacts, ignore_errors=True)
+
+    def artifact_dir(self, session_id: str) -> Path:
+        """Where the turns of a session leave their artifacts (a chart's PNG): ``artifacts/<id>/``."""
+        return self.root / "artifacts" / self._checked(session_id)
+
+    def enforce_retention(self, keep: set[str] = frozenset()) -> list[str]:
+        """Delete the oldest sessions past ``max_sessions`` or ``max_total_bytes``, never one in
+        ``keep`` or one another process holds open. Returns the ids deleted."""
+        sizes = {}
+        for session_id in self.ids():
+            try:
+                sizes[session_id] = self._folder.stat(file_name(session_id)).st_size
+            except OSError:
+                continue
+        count, total, deleted = len(sizes), sum(sizes.values()), []
+        for session_id in sizes:  # oldest first
+            if count <= self.max_sessions and total <= self.max_total_bytes:
+                break
+            if session_id in keep:
+                continue
+            try:
+                self.delete(session_id)
+            except SessionError:
+                continue
+            count, total = count - 1, total - sizes[session_id]
+            deleted.append(session_id)
+        return deleted
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _checked(self, session_id: str) -> str:
+        if not isinstance(session_id, str) or not SESSION_ID.match(session_id):
+            raise SessionNotFound(f"no session {str(session_id)[:80]}")
+        return session_id
+
+    def _name(self, session_id: str) -> str:
+        return file_name(self._checked(session_id))
+
+    def _read(self, fd: int) -> bytes:
+        # A file somewhat past the cap (the turn records written after it) is still read.
+        try:
+            return _read_fd(fd, self.max_session_bytes + 4 * MAX_RECORD_BYTES)
+        except OSError as exc:
+            code = errno.errorcode.get(exc.errno, "error")
+            raise SessionCorrupt(f"the session file cannot be read ({code})") from None

@@ -1,0 +1,215 @@
+"""One turn of a session, run by the real runtime: ``Conversation.run_turn(message)``.
+
+A turn is one run of ``runtime.run_agent`` on the session's pack whose goal is the user's message.
+The run starts from what the earlier turns left (``runtime.PriorTurns``): every Observation of the
+session (citable by its id; the Final gate and the claim check read them like the run's own, and
+the run's ids continue their numbering), the carried conversation (``compaction.Context``) and a
+note that states the new message. Everything the run emits is recorded as it happens::
+
+    [compaction, when due: the file rewritten with a ``compacted`` record; event session.compacted]
+    turn.started (fsynced)  ->  event ... event  ->  turn.finished (fsynced)
+
+A process killed inside a turn leaves it open; the next ``SessionStore.open`` marks it
+``turn.interrupted`` and its Observations stay in the session. ``run_turn`` refuses a turn only
+before it starts: an empty or overlong message (``ValueError``) or a session at its size cap that
+compaction cannot shrink (``store.SessionFull``); once started, a turn always ends with
+``turn.finished`` (the runtime ends every run with ``run.finished``, whatever happened).
+
+Use (the runner's endpoints and ``react-agent chat`` do the same)::
+
+    store = SessionStore(folder)
+    with store.create(pack="default") as session:        # or store.open(session_id) to resume
+        chat = Conversation(session, load_pack("default"), policy)
+        result = chat.run_turn("What is the average Task Success?", sink=print)
+        result.result.final, result.events, result.compaction
+
+The pack's tools, answer guide and grading stay the pack's: a turn's Final is held to the pack's
+answer form when it has one (or the one its tools offer), and its metrics grade it against the
+pack's ground truth, which describes the pack's own goal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..contracts import Budgets, RunResult, Sampling
+from ..model_policy import ModelUnavailable
+from ..packs import TaskPack
+from ..runtime import PolicySource, PriorTurns, run_agent
+from ..tools import ToolRegistry, registry_for
+from ..trace import redact
+from .compaction import Budget, Compaction, CompactionSettings, Context, build_context, compact
+from .store import Session, SessionError, SessionFull
+
+MAX_MESSAGE_CHARS = 2000  # a turn's message is its goal (contracts.TaskSpec.goal)
+NOTE = ("The user's next message, the task of this turn: {message} "
+        "Observations of earlier turns keep their ids and may be cited.")
+#: events the session does not keep (the live view's progress ticks)
+UNRECORDED_EVENTS = frozenset({"model.progress"})
+
+Sink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class TurnResult:
+    """A finished turn: its number, the run's result (``observations`` holds the session's, earlier
+    turns' first), the run's events, the ids of the Observations it made, and the compaction that
+    ran before it (its ``session.compacted`` event), if one did."""
+
+    turn: int
+    result: RunResult
+    events: list[dict[str, Any]]
+    observation_ids: list[str]
+    compaction: dict[str, Any] | None = None
+
+
+class Conversation:
+    """A session driven turn by turn with the real runtime.
+
+    ``policy`` is a loaded Policy or a loader; a loader is called once, by the first turn that needs
+    the model, whose trace then holds the model.load events. ``compaction`` says when the carried
+    conversation is compacted; the summariser is the same policy.
+    """
+
+    def __init__(self, session: Session, pack: TaskPack, policy: PolicySource, *, budgets: Budgets | None = None,
+                 sampling: Sampling | None = None, mode: str | None = None, tools: ToolRegistry | None = None,
+                 compaction: CompactionSettings | None = None, workspace: Any = None):
+        self.session = session
+        self.pack = pack
+        self.budgets = budgets or Budgets()
+        self.sampling = sampling
+        self.mode = mode
+        self.tools = tools
+        self.workspace = workspace
+        self.settings = compaction or CompactionSettings()
+        self._source = policy
+        self._policy = policy if (not callable(policy) or hasattr(policy, "propose")) else None
+        self._lock = threading.Lock()  # one turn at a time per conversation
+        self.registry = tools if tools is not None else _registry(pack)
+
+    # -- the public API ------------------------------------------------------------------------
+
+    def context(self) -> Context:
+        """The conversation the next turn would carry (before any compaction it would run)."""
+        return build_context(self.session.log, self.registry)
+
+    def run_turn(self, message: str, *, sink: Sink | None = None,
+                 cancel: threading.Event | None = None) -> TurnResult:
+        """Run one turn with ``message`` as its goal; ``sink`` receives each event as it happens
+        (the run's trace events, and ``session.compacted`` before the turn when compaction ran)."""
+        message = " ".join(str(message).split())  # one line: the goal of a run
+        if not message:
+            raise ValueError("a turn needs a message")
+        if len(message) > MAX_MESSAGE_CHARS:
+            raise ValueError(f"a message has at most {MAX_MESSAGE_CHARS} characters")
+        with self._lock:
+            compaction = self._compact_if_due(cancel)
+            if compaction is not None and sink is not None:
+                sink(compaction)
+            if self.session.size > self.session.store.max_session_bytes:
+                raise SessionFull(f"session {self.session.id} is at its size cap "
+                                  f"({self.session.size} bytes); start a new session")
+            return self._run(message, sink, cancel, compaction)
+
+    # -- a turn ----------------------------------------------------------------------------------
+
+    def _run(self, message: str, sink: Sink | None, cancel: threading.Event | None,
+             compaction: dict[str, Any] | None) -> TurnResult:
+        session = self.session
+        log = session.log
+        context = build_context(log, self.registry)
+        observations = tuple(log.observations())
+        number = log.next_turn()
+        prior = PriorTurns(observations=observations, history=tuple(context.pairs),
+                           notes=(NOTE.format(message=message),) if context.pairs else ())
+        session.append("turn.started", turn=number, message=message, prior_observations=len(observations),
+                       carried_messages=2 * len(context.pairs))
+        session.sync()
+        session.dropped_events = 0
+        unrecorded = [0]
+
+        def record(event: dict[str, Any]) -> None:
+            if event.get("type") not in UNRECORDED_EVENTS:
+                try:
+                    session.append("event", turn=number, event=event)
+                except (OSError, SessionError):  # a full disk must not end the turn; turn.finished says so
+                    unrecorded[0] += 1
+            if sink is not None:
+                sink(event)
+
+        pack = dataclasses.replace(self.pack, task=self.pack.task.model_copy(update={"goal": message}))
+        artifact_dir = session.store.artifact_dir(session.id) / f"turn-{number}"
+        try:
+            outcome = run_agent(pack, self._policy or self._load, self.budgets, artifact_dir=artifact_dir,
+                                cancel=cancel, sink=record, tools=self.tools, mode=self.mode,
+                                sampling=self.sampling, workspace=self.workspace, prior=prior)
+        except BaseException as exc:  # a second Ctrl-C, or a sink that raised: the turn did not finish
+            session.append("turn.interrupted", turn=number, reason=f"the turn was interrupted ({type(exc).__name__})")
+            session.sync()
+            raise
+        result = outcome.result
+        new_ids = [o.id for o in result.observations[len(observations):]]
+        session.append("turn.finished", turn=number, status=result.status, stop_reason=result.stop_reason,
+                       final=result.final.model_dump() if result.final else None,
+                       error=result.error.model_dump() if result.error else None,
+                       metrics=result.metrics.model_dump() if result.metrics else None,
+                       observation_ids=new_ids, dropped_events=session.dropped_events + unrecorded[0])
+        session.sync()
+        return TurnResult(turn=number, result=result, events=outcome.events, observation_ids=new_ids,
+                          compaction=compaction)
+
+    def _load(self) -> Any:
+        """The runtime's model loader for the first turn: load once, keep it for the next turns."""
+        if self._policy is None:
+            self._policy = self._source()
+        return self._policy
+
+    # -- compaction ------------------------------------------------------------------------------
+
+    def _compact_if_due(self, cancel: threading.Event | None) -> dict[str, Any] | None:
+        """Compact when the carried conversation or the file is too large; never raises (a broken
+        compaction is reported in its event and the turn goes on)."""
+        session = self.session
+        try:
+            log = session.log
+            context = build_context(log, self.registry)
+            if not context.pairs:
+                return None
+            policy = self._summariser()
+            budget = Budget.of(policy, self.settings, self.registry)
+            long = budget.over(budget.size(context.pairs))
+            if not long and session.size <= session.store.compact_bytes:
+                return None
+            through = max(t.number for t in log.turns())
+            done: Compaction = compact(context, log.observations(), policy=policy, settings=self.settings,
+                                       budget=budget, registry=self.registry, through_turn=through, shrink=long,
+                                       cancel=cancel)
+            event = done.event()
+            session.compact(through, method=done.method, fallback_reason=done.fallback_reason,
+                            messages=[list(p) for p in done.context.pairs], summary=done.summary,
+                            digested=done.digested, before=done.before.public(), after=done.after.public())
+            return {**event, "bytes_after": session.size}
+        except Exception as exc:  # noqa: BLE001 -- compaction never brings a turn down
+            return redact({"type": "session.compacted", "phase": "session", "method": "failed",
+                           "fallback_reason": f"{type(exc).__name__}: {exc}"[:300]})
+
+    def _summariser(self) -> Any:
+        """The loaded policy for a summary (loading it if needed); None when it cannot load (the
+        turn itself then reports why)."""
+        if self._policy is None:
+            try:
+                self._policy = self._source()
+            except ModelUnavailable:
+                return None
+        return self._policy
+
+
+def _registry(pack: TaskPack) -> ToolRegistry:
+    """The package tools of the pack (how earlier Observations are rendered); MCP tools render as JSON."""
+    try:
+        return registry_for(n for n in pack.task.tool_names if "." not in n)
+    except KeyError:
+        return ToolRegistry()

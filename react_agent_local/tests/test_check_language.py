@@ -1,0 +1,181 @@
+"""The check language (agent/check_language.py): what a pack may write where the runtime works a value
+out -- arithmetic over evidence paths, named thresholds of a record, the whitelisted functions -- and
+everything outside the whitelist refused before anything is evaluated."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.check_language import CheckLanguageError, evaluate, holds, outer_function, parse
+from agent.claims import resolve
+from agent.contracts import Observation
+
+
+def obs(tool: str, result: dict, n: int = 1) -> Observation:
+    return Observation(id=f"obs-{tool}-{n}", tool=tool, ok=True, result=result)
+
+
+RECORD = {"title": "Q1 review", "date": "2024-03", "source_id": "q1.md", "value_column": "Score",
+          "values": {"North": 72, "South": 64.5, "Team Red": 81}, "rules": {"floor": 70, "max_spread": 15}}
+LATER = {**RECORD, "date": "2024-04", "values": {"North": 75, "South": 60, "Team Red": 80}, "rules": {"max_drop": 5}}
+EVIDENCE = {
+    "calculator": obs("calculator", {"expression": "64.5 - 70", "value": -5.5}),
+    "knowledge_search": obs("knowledge_search", {"data": {}, "records": {"2024-03": RECORD}}),
+    "lookup_fact": obs("lookup_fact", {"fact": "Porto population", "value": 231800,
+                                       "looked_up": {"Lisbon population": 545000, "Porto population": 231800}}),
+}
+TWO_RECORDS = {**EVIDENCE, "knowledge_search": obs("knowledge_search", {"records": {"2024-03": RECORD, "2024-04": LATER}})}
+
+
+@pytest.mark.parametrize("text,value", [
+    ("calculator.value", -5.5),
+    ("record.rules.floor", 70),
+    ("min(record.values)", 64.5),
+    ("max(record.values) - min(record.values)", 16.5),
+    ("record.rules.floor - min(record.values)", 5.5),
+    ("mean(record.values)", (72 + 64.5 + 81) / 3),
+    ("sum(record.values)", 217.5),
+    ("count(record.values)", 3),
+    ("record.values['Team Red']", 81),
+    ("record.values['team red']", 81),  # a key means the same up to case and spaces
+    ("record.values.North * 2 + 1", 145),
+    ("abs(calculator.value)", 5.5),
+    ("round(mean(record.values), 2)", 72.5),
+    ("round(2.345, 2)", 2.35),  # half away from zero, as people round money
+    ("round(-2.5)", -3),
+    ("min(3, 1, 2) + max(4, 9)", 10),
+    ("2500 * (1 + 4 / 100) ** 3", 2812.16),
+    ("facts['Lisbon population'] + facts['Porto population']", 776800),
+    ("sum(facts)", 776800),
+    ("lookup_fact.value / 1000", 231.8),
+    ("0.1 + 0.2", 0.3),  # exact arithmetic, the float nearest 3/10
+    ("−5.5 × 2 ÷ 11", -1),  # the symbols people write
+])
+def test_expressions_over_the_evidence(text, value):
+    got = evaluate(text, EVIDENCE)
+    assert got == pytest.approx(value) and type(got) is (int if float(value).is_integer() else float)
+
+
+def test_records_by_key_and_by_position():
+    assert evaluate("records['2024-04'].values.North - records['2024-03'].values.North", TWO_RECORDS) == 3
+    assert evaluate("records[-1].rules.max_drop", TWO_RECORDS) == 5
+    assert evaluate("records[0].values.South", TWO_RECORDS) == 64.5
+    assert evaluate("record.values.North", TWO_RECORDS) is None  # two records: 'record' names none of them
+
+
+def test_argmin_and_argmax_name_the_group():
+    assert evaluate("argmin(record.values)", EVIDENCE) == "South"
+    assert evaluate("argmax(record.values)", EVIDENCE) == "Team Red"
+    tie = {"knowledge_search": obs("knowledge_search", {"records": {"x": {**RECORD, "values": {"A": 5, "B": 5}}}})}
+    assert evaluate("argmin(record.values)", tie) == "A"  # the first of equals, in the record's order
+
+
+def test_a_release_rule_record_reads_as_a_record():
+    release = {"knowledge_search": obs("knowledge_search", {"data": {"batches": {"A": 72, "B": 78},
+                                                                     "release_rule": {"average_gte": 75, "every_batch_gte": 70}}})}
+    assert evaluate("record.rules.every_batch_gte - min(record.values)", release) == -2
+    assert evaluate("mean(knowledge_search.data.batches)", release) == 75
+
+
+def test_unknown_evidence_is_none_never_an_error():
+    for text in ("plot.spec.average", "record.rules.ceiling", "records['2023-01'].values.North", "1 / 0",
+                 "record.values", "facts['Paris population']", "10 ** 100 ** 2", "2 ** 0.5", "argmin(1, 2)",
+                 "record.values.North.more"):
+        assert evaluate(text, EVIDENCE) is None, text
+    assert evaluate("calculator.value", {}) is None
+
+
+def test_tool_names_with_dots_and_dashes():
+    served = {"facts.lookup_fact": obs("facts.lookup_fact", {"fact": "A", "value": 4}),
+              "my-server.tool": obs("my-server.tool", {"x": [1, 2, 3]})}
+    assert evaluate("facts.lookup_fact.value * 2", served) == 8
+    assert evaluate("facts['A']", served) == 4  # the lookup of a server counts as the fact lookup
+    assert evaluate("sum(my-server.tool.x) - 1", served) == 5
+
+
+def test_comparisons():
+    assert holds("min(record.values) >= record.rules.floor", EVIDENCE) is False
+    assert holds("max(record.values) - min(record.values) <= record.rules.max_spread", EVIDENCE) is False
+    assert holds("count(record.values) == 3", EVIDENCE) is True
+    assert holds("calculator.value != 0", EVIDENCE) is True
+    with pytest.raises(CheckLanguageError):
+        holds("argmin(record.values) == 'South'", EVIDENCE)  # text is a key only, never an operand
+    assert holds("plot.spec.average > 1", EVIDENCE) is None
+
+
+def test_the_old_operands_mean_what_they_meant():
+    plot = {"plot": obs("plot", {"spec": {"labels": ["A", "B", "C"], "values": [1, 2, 3], "average": 2}}),
+            "knowledge_search": obs("knowledge_search", {"data": {"batches": {"A": 1, "B": 2, "D": 3}}})}
+    assert resolve("matches(plot.spec.labels, knowledge_search.data.batches)", plot) == 2
+    assert resolve("count(plot.spec.values)", plot) == 3
+    assert resolve("plot.spec.average", plot) == 2
+    assert resolve(70, plot) == 70.0 and resolve("70", plot) == 70.0
+
+
+@pytest.mark.parametrize("text", [
+    "__import__('os').system('true')",
+    "open('/etc/passwd')",
+    "eval('1')",
+    "calculator.__class__",
+    "record._private",
+    "(lambda: 1)()",
+    "[x for x in record.values]",
+    "{'a': 1}",
+    "'text'",
+    "True",
+    "None",
+    "record.values if 1 else 2",
+    "1 and 2",
+    "not 1",
+    "~1",
+    "5 % 2",
+    "5 // 2",
+    "1 << 2",
+    "record.values[1:2]",
+    "record.values[calculator.value]",
+    "round(1.5, ndigits=1)",
+    "max(*record.values)",
+    "round(1.25, 0.5)",
+    "min",
+    "f'{1}'",
+    "a := 1",
+    "1 < 2 < 3",
+    "x.y()",
+    "getattr(record, 'values')",
+    "",
+    "1 +",
+    "-" * 150 + "1",
+    "abs(" * 80 + "1" + ")" * 80,
+    "1" + " + 1" * 150,
+])
+def test_anything_outside_the_whitelist_is_refused(text):
+    with pytest.raises(CheckLanguageError):
+        evaluate(text, EVIDENCE)
+
+
+def test_a_comparison_is_one_comparison():
+    with pytest.raises(CheckLanguageError):
+        holds("1 + 2", EVIDENCE)
+    with pytest.raises(CheckLanguageError):
+        holds("1 < 2 < 3", EVIDENCE)
+    with pytest.raises(CheckLanguageError):
+        evaluate("1 < 2", EVIDENCE)  # an operand is an expression, never a comparison
+
+
+def test_a_long_sum_is_fine():
+    assert evaluate(" + ".join(["1"] * 60), EVIDENCE) == 60
+
+
+def test_long_text_is_refused_before_parsing():
+    with pytest.raises(CheckLanguageError):
+        parse("1" * 501)
+
+
+def test_a_bad_operand_in_a_pack_is_the_packs_mistake():
+    with pytest.raises(CheckLanguageError):
+        resolve("open('x')", EVIDENCE)
+
+
+def test_the_outer_function():
+    assert outer_function("round(calculator.value, 2)") == "round"
+    assert outer_function("round(a.b) + 1") is None and outer_function("calculator.value") is None

@@ -1,0 +1,158 @@
+"""Code arguments written as fenced code blocks, failed doctest examples in words, and a change that
+brings back failing files asked for again (sampled, not repeated).
+
+A policy with ``code_blocks`` (llama.cpp) is asked for a change's code argument -- a file's content,
+a function's source -- as a ```python block after the JSON of the other arguments; the runtime
+gets the same JSON Decision as ever. The scripted policy plays the model here with that capability
+switched on; the grammar is compiled with the real tokenizer of the 0.5B (its vocabulary only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.backends import code_block_end
+from agent.backends.guidance import value_grammar
+from agent.backends.scripted import ScriptedPolicy
+from agent.contracts import CODE_MAX_NEW_TOKENS, Budgets, Observation
+from agent.families.humaneval.generator import generate_packs
+from agent.families.humaneval.problems import subset
+from agent.model_policy import CODE_FENCE, CODE_FENCE_END, code_value
+from agent.packs import TaskPack
+from agent.runtime import run_agent
+from agent.workspace_evidence import doctest_failures, failure_summary
+
+
+def block(arguments: dict, code: str) -> str:
+    """What the model writes after the action prefix in code-block form."""
+    return " " + json.dumps(arguments) + CODE_FENCE + code + CODE_FENCE_END
+
+
+# -- the format ------------------------------------------------------------------------------------
+
+def test_a_code_block_becomes_the_code_argument_of_the_same_json():
+    text = block({"path": "solution.py"}, 'def f(x):\n    return "a\\\\b" + x\n')
+    arguments = json.loads(code_value(text, "content"))
+    assert arguments == {"path": "solution.py", "content": 'def f(x):\n    return "a\\\\b" + x\n'}
+    assert code_block_end(text + "\nSome prose after it") == len(text)
+
+
+@pytest.mark.parametrize("text", [
+    ' {"path": "solution.py", "content": "x = 1\\n"}',          # plain JSON: parsed as it is
+    ' {"path": "solution.py"}\n```python\nx = 1\n',              # the block never closed
+    ' {"path": "solution.py", "content": "y"}\n```python\nx = 1\n```',  # the field twice
+    ' {"path": \n```python\nx = 1\n```',                        # the JSON part broken
+])
+def test_text_of_another_shape_is_left_to_the_parser(text):
+    assert code_value(text, "content") is None
+
+
+def test_the_grammar_holds_the_other_arguments_then_the_block(tmp_path):
+    schema = {"type": "object", "properties": {"path": {"const": "a.py"}, "content": {"type": "string"}},
+              "required": ["path", "content"], "additionalProperties": False}
+    grammar = value_grammar(schema, " ", "content")
+    assert '"content"' not in grammar.splitlines()[1]  # the JSON object no longer holds the code
+    assert 'body[stop="```"]' in grammar and json.dumps(CODE_FENCE) in grammar
+    headed = {**schema, "properties": {**schema["properties"],
+                                        "content": {"type": "string", "pattern": "^def f\\(\\):\\n[\\s\\S]*$"}}}
+    assert "/def f\\(\\):\\n[\\s\\S]*/" in value_grammar(headed, " ", "content")  # the block keeps its pattern
+
+
+def test_the_grammar_compiles_with_the_models_tokenizer():
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from agent.backends.guidance import Guidance
+
+    model = sorted(Path.home().glob(".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/*.gguf"))
+    assert model, "the 0.5B GGUF is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf downloads it"
+    vocab = llama_cpp.Llama(model_path=str(model[0]), vocab_only=True, verbose=False)
+    guidance = Guidance(vocab._model.vocab, eos_token=vocab._model.token_eos())
+    schema = {"type": "object", "properties": {"path": {"const": "a.py"}, "name": {"const": "f"},
+                                               "source": {"type": "string", "pattern": '^def f\\(x\\):\\n    """Doc\\."""\\n[\\s\\S]*$'}},
+              "required": ["path", "name", "source"]}
+    assert guidance.grammar(schema, " ", "source") is not None
+    assert guidance.failures == 0
+
+
+# -- failures in words -----------------------------------------------------------------------------
+
+DOCTEST_OUTPUT = """**********************************************************************
+File "tests/examples.txt", line 4, in examples.txt
+Failed example:
+    sort_numbers('three one five')
+Expected:
+    'one three five'
+Got:
+    'fiveonethree'
+**********************************************************************
+File "tests/examples.txt", line 6, in examples.txt
+Failed example:
+    pick([1,
+          2])
+Exception raised:
+    Traceback (most recent call last):
+      File "<path>", line 11, in pick
+        raise NotImplementedError
+    NotImplementedError
+**********************************************************************
+1 items had failures:
+   2 of   3 in examples.txt
+***Test Failed*** 2 failures.
+"""
+
+
+def test_a_failed_doctest_example_is_said_as_what_the_call_returned():
+    assert doctest_failures(DOCTEST_OUTPUT) == [
+        "sort_numbers('three one five') returned 'fiveonethree'; the example expects 'one three five'",
+        "pick([1, 2]) raised NotImplementedError"]
+    run = Observation(id="obs-bash-2", tool="bash", ok=True,
+                      result={"command": "python -m doctest tests/examples.txt", "exit_code": 1, "stdout": DOCTEST_OUTPUT})
+    assert failure_summary(run).startswith("exit 1: sort_numbers('three one five') returned 'fiveonethree'")
+
+
+# -- a run ---------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def pack(tmp_path) -> TaskPack:
+    return TaskPack.load(generate_packs(tmp_path / "packs", 1, 0)[0])
+
+
+def wrong_and_right(pack: TaskPack) -> tuple[str, str]:
+    problem = subset(1, 0)[0]
+    assert pack.load_expected()["task_id"] == problem.task_id
+    def function(code: str) -> str:  # the function's own definition, as replace_function takes it
+        return code[code.index(f"def {problem.entry_point}("):]
+
+    stub = (pack.root / "workspace" / "solution.py").read_text()
+    return function(stub.replace("raise NotImplementedError", "return None")), function(problem.reference)
+
+
+def test_a_greedy_run_asks_again_with_sampling_after_a_change_that_changes_nothing(pack, tmp_path):
+    wrong, right = wrong_and_right(pack)
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    change = {"path": "solution.py", "name": pack.load_expected()["entry_point"], "diagnosis": None}
+    outputs = [json.dumps({"path": "solution.py"}),
+               block(change, wrong), test_run,  # a stub is written before any test run
+               block(change, wrong),  # the same body again: refused as no change, asked for again
+               block(change, right), test_run,
+               json.dumps(f"I implemented {pack.load_expected()['entry_point']} and the examples pass.")]
+    policy = ScriptedPolicy(outputs)
+    policy.code_blocks = True
+    outcome = run_agent(pack, policy, Budgets(), artifact_dir=tmp_path / "run")
+    policy.assert_complete()
+    assert outcome.result.status == "completed", outcome.result.stop_reason
+    writes = [r for r in policy.requests if r.code_field is not None]
+    assert [r.code_field for r in writes] == ["source"] * 3
+    assert all(r.max_new_tokens == CODE_MAX_NEW_TOKENS for r in writes)
+    assert "```python code block" in writes[0].messages[-1]["content"]
+    assert [r.temperature for r in writes] == [0.0, 0.0, 1.0]  # the third follows a change that restored failing files
+    assert "would have changed nothing" in writes[2].messages[-1]["content"]
+    decisions = [e["decision"] for e in outcome.events if e["type"] == "decision.valid"]
+    assert [d.get("tool") for d in decisions] == ["read_file", "replace_function", "bash", "replace_function",
+                                                  "replace_function", "bash", None]
+    refused = [e["observation"] for e in outcome.events if e["type"] == "tool.observation" and not e["observation"]["ok"]]
+    assert [o["error"]["code"] for o in refused] == ["edit_not_applied"]
+    assert decisions[4]["arguments"]["source"] == right.rstrip() + "\n"
+    assert outcome.result.metrics.task_success  # the hidden tests pass on the final files
