@@ -212,6 +212,27 @@ def latest_of(observations: Iterable[Observation]) -> dict[str, Observation]:
     return latest
 
 
+def bound_forms(form: str | None, evidence: list[Observation]) -> tuple[tuple[str, ...] | None, ...]:
+    """Per bound slot of ``form``, the ways its value on ``evidence`` may be written (exactly, rounded
+    to 0-4 decimals; a name as the evidence spells it), or None where the evidence gives none."""
+    latest = latest_of(evidence)
+    forms: list[tuple[str, ...] | None] = []
+    for slot in bound_slots(form):
+        try:
+            value = evaluate(slot.expression, latest)
+        except Exception:  # the pack's mistake is reported by the gate, not here
+            value = None
+        if slot.kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            written = number_forms([float(value)])
+            whole = f"{float(value):.0f}"
+            forms.append(written + ((whole,) if whole not in written and whole != "-0" else ()))
+        elif slot.kind == "name" and isinstance(value, str) and value:
+            forms.append((value,))
+        else:
+            forms.append(None)
+    return tuple(forms)
+
+
 def slot_values(answer: str, form: str | None, evidence: list[Observation]) -> tuple[list[float], list[Problem]]:
     """The numbers the bound slots stand for (they count as evidence: the runtime worked them out),
     and the problems of an answer whose bound slot holds something else."""

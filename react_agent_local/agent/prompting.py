@@ -61,15 +61,18 @@ def _literal(text: str) -> str:
     return "".join(c if c.isalnum() or c in " ,;:'" else f"[{c}]" if c not in "^]\\" else "\\" + c for c in text)
 
 
-def answer_form_pattern(form: str, numbers: tuple[str, ...] = ()) -> str:
+def answer_form_pattern(form: str, numbers: tuple[str, ...] = (), bound: tuple[tuple[str, ...] | None, ...] = ()) -> str:
     """Regex for an answer form: literal text kept, ``{number}``, ``{name}`` and ``{a|b}`` slots
     (``{number:EXPR}``/``{name:EXPR}`` bound to an expression are number/name slots here).
 
     The model fills the slots (the numbers, the names, the verdict); nothing here knows their values.
     With ``numbers`` (the numbers written in the cited Observations), a number slot admits only those,
-    so a Final cannot state a number no Observation holds.
+    so a Final cannot state a number no Observation holds. With ``bound`` (per bound slot, in order,
+    the ways its value may be written, or None while the evidence does not give it) a bound slot
+    admits only its value.
     """
     number = "(" + "|".join(_literal(n) for n in numbers) + ")" if numbers else _NUMBER
+    values = iter(bound)
     out, last = [], 0
     for match in _SLOT.finditer(form):
         out.append(_literal(form[last:match.start()]))
@@ -77,8 +80,13 @@ def answer_form_pattern(form: str, numbers: tuple[str, ...] = ()) -> str:
         bound = _BOUND_SLOT.match(slot)
         if bound:
             # {number:EXPR} / {name:EXPR}: the claim gate checks the value against EXPR; it may be
-            # one no Observation holds (a difference the runtime works out), so any number is admitted.
-            out.append(_NUMBER if bound.group(1) == "number" else _NAME)
+            # one no Observation holds (a difference the runtime works out): its own value, or any
+            # number while the evidence gives none.
+            known = next(values, None)
+            if known:  # the value the runtime worked out from the cited evidence
+                out.append("(" + "|".join(_literal(v) for v in known) + ")")
+            else:
+                out.append(_NUMBER if bound.group(1) == "number" else _NAME)
         elif slot == "number":
             out.append(number)
         elif slot == "name":
@@ -100,6 +108,9 @@ class Branch:
     evidence_ids: tuple[str, ...] = ()
     answer_form: str | None = None
     numbers: tuple[str, ...] = ()  # numbers a form's {number} slot may hold
+    #: per bound slot ({number:EXPR}, {name:EXPR}) of the form, the ways its worked-out value may be
+    #: written (None: not known yet)
+    bound: tuple[tuple[str, ...] | None, ...] = ()
     language: str = "en"  # the goal's: a Final without an answer form is prose in this language
     summary: str = ""
     #: an action asked again: argument schemas that replace the tool's own (a failing expectation's)
@@ -141,24 +152,27 @@ class Branch:
                 schema = {**schema, "properties": properties, "required": required}
             return schema
         if self.kind == "final":
-            return answer_schema(self.answer_form, self.numbers, self.language)
-        return free_decision_schema(registry, self.evidence_ids, self.answer_form, self.numbers, self.language)
+            return answer_schema(self.answer_form, self.numbers, self.language, self.bound)
+        return free_decision_schema(registry, self.evidence_ids, self.answer_form, self.numbers, self.language,
+                                    self.bound)
 
 
 def tool_schema(registry: ToolRegistry, name: str) -> dict[str, Any]:
     return registry.get(name).compact_schema()
 
 
-def answer_schema(answer_form: str | None, numbers: tuple[str, ...] = (), language: str = "en") -> dict[str, Any]:
+def answer_schema(answer_form: str | None, numbers: tuple[str, ...] = (), language: str = "en",
+                  bound: tuple[tuple[str, ...] | None, ...] = ()) -> dict[str, Any]:
     """The Final's answer: the answer form when there is one, else free prose in the goal's language."""
     if answer_form:
         return {"type": "string", "minLength": 1, "maxLength": 600,
-                "pattern": answer_form_pattern(answer_form, numbers)}
+                "pattern": answer_form_pattern(answer_form, numbers, bound)}
     return ANSWER_SCHEMA_ZH if language == "zh" else ANSWER_SCHEMA
 
 
 def free_decision_schema(registry: ToolRegistry, citable_ids: tuple[str, ...] = (), answer_form: str | None = None,
-                         numbers: tuple[str, ...] = (), language: str = "en") -> dict[str, Any]:
+                         numbers: tuple[str, ...] = (), language: str = "en",
+                         bound: tuple[tuple[str, ...] | None, ...] = ()) -> dict[str, Any]:
     """Free mode's schema: one alternative per tool (with that tool's full argument schema) and a Final.
 
     The model still chooses the tool or the Final; the grammar only keeps each choice well typed. A
@@ -176,7 +190,7 @@ def free_decision_schema(registry: ToolRegistry, citable_ids: tuple[str, ...] = 
             "type": {"const": "final"},
             "evidence_ids": {"type": "array", "items": {"enum": list(citable_ids)}, "minItems": 1,
                              "maxItems": len(citable_ids)},
-            "answer": answer_schema(answer_form, numbers, language)}))
+            "answer": answer_schema(answer_form, numbers, language, bound)}))
     return {"anyOf": choices}
 
 

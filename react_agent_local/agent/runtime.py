@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .claims import ResolvedCheck, check_claims, evidence_numbers, fmt, number_forms, resolve, resolve_checks
+from .claims import (ResolvedCheck, bound_forms, check_claims, evidence_numbers, fmt, number_forms, resolve,
+                     resolve_checks)
 from .contracts import (
     TERMINAL_STATUS,
     ActionDecision,
@@ -686,13 +687,13 @@ class Run:
             # inventing the other, until the premature-final guard: 9 of 10 free runs).
             ready = all(obs_id for _, obs_id in self._required_evidence())
             citable = tuple(o.id for o in self.observations[-VISIBLE_OBSERVATIONS:] if o.ok) if ready else ()
-            form, numbers = self._final_form(citable)
+            form, numbers, bound = self._final_form(citable)
             # The model chooses, but it is told which declared item no Observation covers yet
             # (free-mode runs of the population pack looked the same fact up until the loop guard).
             missing = next(((tool, item) for tool, items in task.subgoals.items() if tool in self.tools
                             for item in items if item_key(item) not in self._covered(tool)), (None, None))
             return Branch("free", tool=missing[0], target=missing[1], evidence_ids=citable, answer_form=form,
-                          numbers=numbers, language=self.language,
+                          numbers=numbers, bound=bound, language=self.language,
                           summary="Free mode: the model chooses the next tool or the final answer.")
         # A workspace task's reads, changes and test runs follow its evidence (workspace_evidence.py),
         # not the fixed order below; when it has nothing left to do, the Final comes next.
@@ -723,8 +724,9 @@ class Run:
                 return Branch("action", tool=tool, target=check.label + (f" ({spec.hint})" if spec.hint else ""),
                               narrowed=narrowed, summary=self._action_summary(tool))
         evidence = tuple(dict.fromkeys(obs_id for _, obs_id in self._required_evidence() if obs_id))
-        form, numbers = self._final_form(evidence)
-        return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers, language=self.language,
+        form, numbers, bound = self._final_form(evidence)
+        return Branch("final", evidence_ids=evidence, answer_form=form, numbers=numbers, bound=bound,
+                      language=self.language,
                       summary=task.summaries.get("final", "All required observations present: answer with evidence."))
 
     def _narrowing(self, tool: str, specs: list[CheckSpec] | None = None) -> tuple[tuple[str, Any], ...]:
@@ -746,15 +748,17 @@ class Run:
         last = next((o for o in reversed(self.observations) if o.tool == tool), None)
         return last is not None and not last.ok and last.error is not None and last.error.code == "invalid_arguments"
 
-    def _final_form(self, evidence_ids: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
-        """The answer form and, for its number slots, the numbers the cited evidence holds."""
+    def _final_form(self, evidence_ids: tuple[str, ...]) -> tuple[str | None, tuple[str, ...],
+                                                                  tuple[tuple[str, ...] | None, ...]]:
+        """The answer form; for its number slots, the numbers the cited evidence holds; for its bound
+        slots, the value each expression has on that evidence (so the grammar admits only it)."""
         guide = self._guide()
         if guide is None or not guide.answer_form:
-            return None, ()
+            return None, (), ()
         cited = [o for o in self.observations if o.id in evidence_ids and o.ok]
         checks = self._resolved_checks(guide)
         values = [v for c in checks for v in (c.left, c.right) if v is not None] + evidence_numbers(cited)
-        return guide.answer_form, number_forms(values)
+        return guide.answer_form, number_forms(values), bound_forms(guide.answer_form, cited)
 
     def _action_summary(self, tool: str) -> str:
         return self.pack.task.summaries.get(tool) or self.tools.get(tool).summary

@@ -179,3 +179,23 @@ def test_a_bad_operand_in_a_pack_is_the_packs_mistake():
 def test_the_outer_function():
     assert outer_function("round(calculator.value, 2)") == "round"
     assert outer_function("round(a.b) + 1") is None and outer_function("calculator.value") is None
+
+
+def test_a_bound_slot_admits_only_the_value_its_expression_has_on_the_evidence():
+    import re as _re
+
+    from agent.claims import bound_forms
+    from agent.contracts import Observation
+    from agent.prompting import answer_form_pattern
+
+    form = "The gap is {number:calculator.value} and the lowest is {number} in {name:argmin(record.values)}"
+    calc = Observation(id="obs-calculator-2", tool="calculator", ok=True, result={"expression": "80 - 12.25", "value": 67.75})
+    forms = bound_forms(form, [calc])
+    assert forms[0] is not None and "67.75" in forms[0] and "68" in forms[0]
+    assert forms[1] is None  # no record was observed: the slot stays open
+    pattern = _re.compile(answer_form_pattern(form, ("12.25",), forms))
+    assert pattern.match("The gap is 67.75 and the lowest is 12.25 in North")
+    assert pattern.match("The gap is 68 and the lowest is 12.25 in North")
+    assert not pattern.match("The gap is 12.25 and the lowest is 12.25 in North")
+    assert not pattern.match("The gap is -68 and the lowest is 12.25 in North")
+    assert bound_forms(form, []) == (None, None)
