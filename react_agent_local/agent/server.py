@@ -67,6 +67,7 @@ from .schemas import decision_schema
 from .secrets import HeldBack
 from .sessions.store import SessionStore
 from .tools import ArgumentError, ToolRegistry, catalog, with_skills
+from .tools.facts import with_fact_names
 from .trace import path_hash, redact
 
 log = logging.getLogger(__name__)
@@ -387,9 +388,10 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     def pack_tools(pack: Any) -> ToolRegistry:
         # Every run reads the registry of this runner, narrowed to the pack's tools (and by the
         # runtime to what the request allows: allowed_tools), with load_skill when the pack has
-        # skills; a pack naming a tool the runner lacks fails the run with pack_invalid.
+        # skills and lookup_fact bound to the pack's fact names; a pack naming a tool the runner
+        # lacks fails the run with pack_invalid.
         names = [n for n in pack.task.tool_names if n in tools]
-        return with_skills(tools.subset(names), pack.skills)
+        return with_fact_names(with_skills(tools.subset(names), pack.skills), pack)
 
     def run_with_tools(pack: Any, *args: Any, **kwargs: Any) -> Any:
         return settings.run_fn(pack, *args, tools=pack_tools(pack), **kwargs)

@@ -28,7 +28,6 @@ from ..families import grade_run as grade_family_run
 from ..packs import PackError, TaskPack, load_pack
 from ..runtime import PolicySource, run_agent
 from ..tools import pack_registry
-from ..tools.facts import with_fact_names
 from ..tools.record_grading import grade_run, verdict_case
 from ..tools.record_packs import generate_packs
 from ..trace import write_events
@@ -121,7 +120,7 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
         workspace = replace(workspace or WorkspaceOptions(), directory=None, parent=artifact_dir)
     started = time.perf_counter()
     outcome = run_agent(pack, policy, budgets, artifact_dir=artifact_dir, mode=mode, sampling=sampling,
-                        workspace=workspace, tools=with_fact_names(pack_registry(pack), pack))
+                        workspace=workspace, tools=pack_registry(pack))
     seconds = time.perf_counter() - started
     write_events(artifact_dir, outcome.events)  # for reading a failure afterwards; the report does not need it
     result = outcome.result

@@ -59,11 +59,14 @@ def with_skills(registry: ToolRegistry, skills: Sequence[Any]) -> ToolRegistry:
 
 def pack_registry(pack: Any) -> ToolRegistry | None:
     """The registry to pass to ``run_agent`` for a run of ``pack`` (``packs.TaskPack``): None when the
-    pack has no skills, so the runtime builds the registry from the pack's names as always; else the
-    package's tools the pack names with ``load_skill`` over its skills. None, too, when the pack names a
+    pack has no skills and no fact base to bind, so the runtime builds the registry from the pack's
+    names as always; else the package's tools the pack names, with ``load_skill`` over its skills and
+    ``lookup_fact`` bound to the pack's fact names (``facts.with_fact_names``). None, too, when the pack names a
     tool the package lacks: the runtime then fails the run as ``pack_invalid``, naming it."""
+    from .facts import with_fact_names
+
     if not pack.skills:
-        return None
+        return with_fact_names(None, pack)
     from .skill import TOOL_NAME
 
     servers = {s.name for s in pack.task.mcp_servers}
@@ -72,6 +75,6 @@ def pack_registry(pack: Any) -> ToolRegistry | None:
     names = [n for n in pack.task.tool_names
              if n != TOOL_NAME and (n.partition(".")[0] not in servers or "." not in n)]
     try:
-        return with_skills(registry_for(names), pack.skills)
+        return with_fact_names(with_skills(registry_for(names), pack.skills), pack)
     except KeyError:
         return None
