@@ -31,6 +31,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ..families.packkit import Deck
+
 CASES = ("both", "avg_fails", "floor_fails", "both_fail")
 PROTECTED_STOP_REASONS = ["cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
                           "invalid_decision"]
@@ -90,19 +92,6 @@ DIAGNOSTICS = {  # header (en, zh) -> a cell for one row
     "steps": (("Steps", "平均步数"), lambda rng: f"{rng.uniform(2, 8):.1f}"),
     "latency": (("Median latency (s)", "延迟中位数（秒）"), lambda rng: f"{rng.uniform(3, 40):.1f}"),
 }
-
-
-class _Deck:
-    """Options in shuffled rounds: each appears equally often (±1) over any run of draws."""
-
-    def __init__(self, rng: random.Random, options: Sequence[Any]):
-        self.rng, self.options, self.pending = rng, tuple(options), []
-
-    def draw(self) -> Any:
-        if not self.pending:
-            self.pending = list(self.options)
-            self.rng.shuffle(self.pending)
-        return self.pending.pop()
 
 
 def fmt(value: int | float) -> str:
@@ -236,7 +225,7 @@ def _threshold(value: int | float, holds: bool, edge: bool, unit: Fraction, rng:
     return _num((exact + unit) * 10) if edge else math.floor(exact) + rng.randint(2, 5)
 
 
-def draw_pack(pack_id: str, decks: dict[str, _Deck], rng: random.Random) -> PackSpec:
+def draw_pack(pack_id: str, decks: dict[str, Deck], rng: random.Random) -> PackSpec:
     draws = {name: deck.draw() for name, deck in decks.items()}
     n, case = draws["groups"], draws["case"]
     step = 10 if draws["value_kind"] == "integer" else 1  # in tenths
@@ -262,7 +251,7 @@ def draw_specs(n: int, seed: int, only: dict[str, Sequence[Any]] | None = None) 
     if unknown:
         raise ValueError(f"unknown generator option(s): {', '.join(sorted(unknown))}")
     rng = random.Random(seed)
-    decks = {name: _Deck(rng, only.get(name, options)) for name, options in OPTIONS.items()}
+    decks = {name: Deck(rng, only.get(name, options)) for name, options in OPTIONS.items()}
     return [draw_pack(f"gen-{seed}-{i:03d}", decks, rng) for i in range(n)]
 
 
