@@ -351,7 +351,8 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     else:
         narrowed.append(("diagnosis", diagnosis_schema(originals[0], tried[0]) if len(chosen) == 1 else DIAGNOSIS_SCHEMA))
     if len(chosen) == 1:
-        narrowed.append(("source", {"type": "string", "pattern": def_line_pattern(originals[0])}))
+        pattern = def_line_pattern(originals[0], written=unwritten)
+        narrowed.append(("source", {"type": "string", "pattern": pattern}))
     drafts = tuple(json.dumps(source, ensure_ascii=False)[1:-1] for source in originals)
     return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source")
 
@@ -404,13 +405,25 @@ def diagnosis_schema(source: str, tried: list[str] = ()) -> dict[str, Any]:
     return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
 
 
-def def_line_pattern(source: str) -> str:
+#: a stub's body statements, which a body written for a stub may not start with
+STUB_LINES = ("raise NotImplementedError", "raise NotImplementedError()", "pass", "...")
+
+
+def def_line_pattern(source: str, written: bool = False) -> str:
     """A new definition starts as the old one does: its def line and its docstring (the signature is
     not the bug, and the docstring is the spec the fix is written against: the 1.5B, free to leave
     it out, dropped it and then saw nothing wrong with the code), when a pattern can hold them (no
     backslash); else with any text."""
     head = _head_lines(source)
     if head and not any("\\" in line for line in head):
+        if written:
+            # ``written``: the body is to be written, so its first line is no stub statement (the
+            # 1.5B, shown a stub, copied ``raise NotImplementedError`` back three times in a row)
+            lines = textwrap.dedent(source).splitlines()
+            body = lines[len(head)] if len(lines) > len(head) else "    "
+            indent = body[:len(body) - len(body.lstrip())] or "    "
+            first = differs_from(list(STUB_LINES), 200, exclude="\n")[1:-1]
+            return "^" + _literal("\n".join(head)) + "\\n" + _literal(indent) + first + "(?:\\n[\\s\\S]*)?$"
         return "^" + _literal("\n".join(head)) + "\\n[\\s\\S]*$"
     return "^[\\s\\S]*$"
 

@@ -156,3 +156,19 @@ def test_a_greedy_run_asks_again_with_sampling_after_a_change_that_changes_nothi
     assert [o["error"]["code"] for o in refused] == ["edit_not_applied"]
     assert decisions[4]["arguments"]["source"] == right.rstrip() + "\n"
     assert outcome.result.metrics.task_success  # the hidden tests pass on the final files
+
+
+def test_a_stub_is_written_with_a_body_that_is_no_stub_statement(pack, tmp_path):
+    import re
+
+    from agent.workspace_evidence import def_line_pattern
+
+    stub = (pack.root / "workspace" / "solution.py").read_text()
+    stub = stub[stub.index("def "):]
+    pattern = re.compile(def_line_pattern(stub, written=True))
+    head = stub[:stub.index("raise NotImplementedError")]
+    assert pattern.match(head + "return len(set(string.lower()))\n")
+    assert pattern.match(head + "seen = set()\n    for c in string.lower():\n        seen.add(c)\n    return len(seen)\n")
+    for body in ("raise NotImplementedError\n", "pass\n", "...\n", "raise NotImplementedError()"):
+        assert not pattern.match(head + body), body
+    assert re.compile(def_line_pattern(stub)).match(stub)  # a function to fix may keep any line
