@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from humaneval_single_shot import wilson  # noqa: E402
+from humaneval_single_shot import read_report, wilson  # noqa: E402
 
 from agent.backends import load_policy  # noqa: E402
 from agent.contracts import Budgets, Sampling  # noqa: E402
@@ -46,12 +46,7 @@ def main() -> None:
     parser.add_argument("--artifacts", default=None, help="keep each run's events and workspace here")
     args = parser.parse_args()
     out = Path(args.out) if args.out else None
-    done: dict[str, dict] = {}
-    if out is not None and out.is_file():
-        for line in out.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["task_id"]] = row
+    done = read_report(out)
     work = Path(tempfile.mkdtemp(prefix="humaneval-agent-"))
     artifacts = Path(args.artifacts) if args.artifacts else work / "artifacts"
     packs = [TaskPack.load(root) for root in generate_packs(work / "packs", args.n, args.seed)]

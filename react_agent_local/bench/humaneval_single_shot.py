@@ -43,6 +43,17 @@ def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (centre - half, centre + half)
 
 
+def read_report(out: Path | None) -> dict[str, dict]:
+    """The rows of a JSONL report written so far, by task id (a resumed run skips them)."""
+    done: dict[str, dict] = {}
+    if out is not None and out.is_file():
+        for line in out.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[row["task_id"]] = row
+    return done
+
+
 def solution_from(reply: str, problem: Problem) -> str:
     """The first code block of the reply (or the whole reply); the prompt is prepended when the block
     does not define the function (the model continued the body)."""
@@ -63,12 +74,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="JSONL report (resumable)")
     args = parser.parse_args()
     out = Path(args.out) if args.out else None
-    done: dict[str, dict] = {}
-    if out is not None and out.is_file():
-        for line in out.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["task_id"]] = row
+    done = read_report(out)
     policy = load_policy(args.model)
     problems = subset(args.n, args.seed)
     for i, problem in enumerate(problems, 1):
