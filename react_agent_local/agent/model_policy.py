@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -71,6 +71,12 @@ class ModelRequest:
     #: the others (``code_value`` reads the two back into one object); a backend without grammars
     #: ignores it (the runtime validates whatever it gets)
     code_field: str | None = None
+    #: the whole reply is a code block's body (after a ``prefix`` that opens the block), held by
+    #: ``value_schema`` (a string schema) and ended by ``CODE_FENCE_END``: a code turn
+    code_only: bool = False
+    #: a generation beside the run's own conversation (a code turn): a backend that keeps the
+    #: conversation's evaluated prompt in a cache keeps it across this request
+    aside: bool = False
 
     def should_stop(self) -> FinishReason | None:
         if self.cancel.is_set():
@@ -116,11 +122,17 @@ class DecisionRequest:
             self._turn = turn_text(self.state, self.branch, self.tools, self.repair_error)
         return self._turn
 
-    def continuation(self, code_blocks: bool = False) -> "ModelRequest":
+    def code_turn_field(self, code_turns: bool) -> str | None:
+        """The branch's code argument when a policy with ``code_turns`` asks for it in a turn of its own."""
+        field = self.branch.code_field
+        return field if code_turns and _has_property(self.branch.value_schema(self.tools), field) else None
+
+    def continuation(self, code_blocks: bool = False, code_turns: bool = False) -> "ModelRequest":
         """The request as a prefix continuation: messages, the branch's prefix, its value schema.
 
         With ``code_blocks`` (a backend that can constrain a code block) a branch's code argument is
-        asked for as a fenced block after the other arguments, and the turn says so."""
+        asked for as a fenced block after the other arguments, and the turn says so. With
+        ``code_turns`` it is left out of this request and asked for by ``code_turn``."""
         greedy = self.purpose == "repair"  # a repair should be the model's likeliest fix
         temperature = 0.0 if greedy else self.sampling.temperature
         top_p, top_k = self.sampling.top_p, self.sampling.top_k
@@ -132,7 +144,12 @@ class DecisionRequest:
         code = self.branch.code_field if code_blocks and _has_property(schema, self.branch.code_field) else None
         messages = self.messages()
         drafts = self.branch.drafts
-        if code is not None:
+        if code is not None and code_turns:
+            messages[-1] = {**messages[-1], "content": messages[-1]["content"] + "\n" + CODE_TURN_INSTRUCTION.format(
+                field=code)}
+            schema = _without_property(schema, code)
+            code, drafts = None, ()
+        elif code is not None:
             messages[-1] = {**messages[-1], "content": messages[-1]["content"] + "\n" + CODE_BLOCK_INSTRUCTION.format(
                 field=code)}
             drafts = tuple(_unescaped(d) for d in drafts)  # the block holds the text itself, not its JSON
@@ -145,10 +162,26 @@ class DecisionRequest:
             on_text=(lambda text: self.on_progress("text", len(text))) if self.on_progress else None)
 
 
+    def code_turn(self, arguments: "ModelRequest", arguments_text: str) -> "ModelRequest":
+        """The branch's code argument asked for in a conversation of its own, after ``arguments`` (the
+        request for the others) gave ``arguments_text``: the model as a programmer in its own chat
+        format -- the task and what this step is for -- no tools, no JSON. The reply is the body of a ```python block the prefix opens, held by the argument's
+        own schema (e.g. its def line and docstring)."""
+        from .prompting import code_messages
+
+        field = self.branch.code_field
+        schema = (self.branch.value_schema(self.tools).get("properties") or {}).get(field) or {"type": "string"}
+        return replace(arguments, messages=code_messages(self.state, self.branch, self.tools, arguments_text),
+                       prefix=CODE_FENCE.lstrip("\n"), value_schema=schema, suffix="", code_field=field,
+                       code_only=True, aside=True, drafts=tuple(_unescaped(d) for d in self.branch.drafts),
+                       purpose="decision")
+
+
 #: the temperature (at least) of a call whose likeliest answer already failed
 EXPLORE_TEMPERATURE = 1.0
 CODE_BLOCK_INSTRUCTION = ("Write the other arguments as JSON, then `{field}` in full as a ```python code block "
                           "(plain code, no escaping).")
+CODE_TURN_INSTRUCTION = "Write the other arguments as JSON: `{field}` is asked for next, on its own."
 #: what separates the other arguments' JSON from the code block (``CODE_FENCE_END`` closes it)
 CODE_FENCE = "\n```python\n"
 CODE_FENCE_END = "```"
@@ -157,6 +190,25 @@ CODE_FENCE_END = "```"
 def _has_property(schema: dict[str, Any] | None, name: str | None) -> bool:
     return bool(name) and isinstance(schema, dict) and schema.get("type") == "object" \
         and name in (schema.get("properties") or {})
+
+
+def _without_property(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != name}
+    return {**schema, "properties": properties, "required": [k for k in schema.get("required", []) if k != name]}
+
+
+def with_code(arguments_text: str, field: str, code: str) -> str | None:
+    """The arguments' JSON text with ``field`` set to the code a code turn wrote (its text up to the
+    closing fence); None when the arguments are not a JSON object without that field."""
+    try:
+        arguments = json.loads(arguments_text)
+    except ValueError:
+        return None
+    if not isinstance(arguments, dict) or field in arguments:
+        return None
+    code = code.partition(CODE_FENCE_END)[0]
+    lead = arguments_text[:len(arguments_text) - len(arguments_text.lstrip())]
+    return lead + json.dumps({**arguments, field: code.rstrip() + "\n"}, ensure_ascii=False)
 
 
 def _unescaped(draft: str) -> str:
@@ -261,20 +313,33 @@ class ContinuationPolicy:
     description: ModelDescription
     #: the backend constrains a code argument written as a fenced block (``ModelRequest.code_field``)
     code_blocks: bool = False
+    #: a code argument is written in a code turn of its own (``DecisionRequest.code_turn``): the model
+    #: writes code as it does for a person asking in chat, not inside the agent's protocol
+    code_turns: bool = False
 
     def generate(self, request: ModelRequest) -> Generation:
         raise NotImplementedError
 
     def propose(self, request: DecisionRequest) -> Candidate:
-        continuation = request.continuation(code_blocks=self.code_blocks)
-        gen = self.generate(continuation)
-        text = gen.text
-        if continuation.code_field is not None and gen.finish_reason == "stop":
+        field = request.code_turn_field(self.code_blocks and self.code_turns)
+        continuation = request.continuation(code_blocks=self.code_blocks, code_turns=field is not None)
+        gens = [self.generate(continuation)]
+        text = gens[0].text
+        if field is not None and gens[0].finish_reason == "stop":
+            gens.append(self.generate(request.code_turn(continuation, text)))
+            if gens[1].finish_reason == "stop":
+                text = with_code(text, field, gens[1].text) or text
+        elif continuation.code_field is not None and gens[0].finish_reason == "stop":
             text = code_value(text, continuation.code_field) or text
-        return Candidate(text=text, input_tokens=gen.input_tokens, output_tokens=gen.output_tokens,
-                         latency_ms=gen.latency_ms, finish_reason=gen.finish_reason, cached_tokens=gen.cached_tokens,
-                         prompt_eval_ms=gen.prompt_eval_ms, forced_tokens=gen.forced_tokens,
-                         drafted_tokens=gen.drafted_tokens, restored_tokens=gen.restored_tokens)
+        last = gens[-1]
+        return Candidate(text=text, input_tokens=sum(g.input_tokens for g in gens),
+                         output_tokens=sum(g.output_tokens for g in gens),
+                         latency_ms=sum(g.latency_ms for g in gens), finish_reason=last.finish_reason,
+                         cached_tokens=sum(g.cached_tokens for g in gens),
+                         prompt_eval_ms=sum(g.prompt_eval_ms or 0.0 for g in gens) if gens[0].prompt_eval_ms is not None else None,
+                         forced_tokens=sum(g.forced_tokens for g in gens),
+                         drafted_tokens=sum(g.drafted_tokens for g in gens),
+                         restored_tokens=sum(g.restored_tokens for g in gens))
 
     def close(self) -> None:
         pass

@@ -295,6 +295,27 @@ def compact_turn(state: PromptState, branch: Branch, registry: ToolRegistry, rep
     return _closing(parts, state, branch, registry, repair_error)
 
 
+def code_messages(state: PromptState, branch: Branch, registry: ToolRegistry, arguments_text: str = "") -> list[dict[str, str]]:
+    """A code turn's conversation (``DecisionRequest.code_turn``): one user message with the task and
+    what this step is for (the branch's target: the code as the task gave it or as it is now, how the
+    last run failed), asking for the code alone -- no tools, no protocol. The model's own failed
+    version is not shown: shown it, the 1.5B copied it token for token, even sampled at T=1."""
+    field = branch.code_field or "code"
+    tool = registry.get(branch.tool)
+    parts = [state.goal, ""]
+    if branch.target:
+        parts += [branch.target.strip(), ""]
+    hint = state.tool_hints.get(tool.name, tool.hint)
+    try:
+        chosen = {k: v for k, v in json.loads(arguments_text).items() if v is not None}
+    except (ValueError, AttributeError):
+        chosen = {}
+    if chosen:
+        hint = "; ".join(f"{k}: {v}" for k, v in chosen.items()) + ". " + hint
+    parts.append(prompt_text("code").format(field=field, tool=tool.name, hint=hint))
+    return [{"role": "user", "content": "\n".join(parts)}]
+
+
 def feedback_block(lines: list[str]) -> list[str]:
     """The latest ``VISIBLE_FEEDBACK`` feedback lines under their heading (none: nothing)."""
     return ["RUNTIME FEEDBACK:", *(f"- {line}" for line in lines[-VISIBLE_FEEDBACK:]), ""] if lines else []

@@ -204,7 +204,8 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -
     note = (f" Your change {change[1].id} made the files exactly what failed in {repeated.id}: write different code."
             if repeated is not None else
             f" Your change {refused.id} would have changed nothing: write different code." if refused is not None else "")
-    explore = repeated is not None or refused is not None
+    # a change the tests failed on was the model's likeliest answer: the next one is sampled
+    explore = repeated is not None or refused is not None or change is not None
     if change_tool == "replace_function":
         step = function_step(files, workspace, failing, observations)
         return replace(step, target=step.target + note, explore=explore)

@@ -147,7 +147,8 @@ def test_a_greedy_run_asks_again_with_sampling_after_a_change_that_changes_nothi
     assert [r.code_field for r in writes] == ["source"] * 3
     assert all(r.max_new_tokens == CODE_MAX_NEW_TOKENS for r in writes)
     assert "```python code block" in writes[0].messages[-1]["content"]
-    assert [r.temperature for r in writes] == [0.0, 0.0, 1.0]  # the third follows a change that restored failing files
+    # the second follows a change the examples failed on, the third one that would have changed nothing
+    assert [r.temperature for r in writes] == [0.0, 1.0, 1.0]
     assert "would have changed nothing" in writes[2].messages[-1]["content"]
     decisions = [e["decision"] for e in outcome.events if e["type"] == "decision.valid"]
     assert [d.get("tool") for d in decisions] == ["read_file", "replace_function", "bash", "replace_function",
@@ -172,3 +173,54 @@ def test_a_stub_is_written_with_a_body_that_is_no_stub_statement(pack, tmp_path)
     for body in ("raise NotImplementedError\n", "pass\n", "...\n", "raise NotImplementedError()"):
         assert not pattern.match(head + body), body
     assert re.compile(def_line_pattern(stub)).match(stub)  # a function to fix may keep any line
+
+
+# -- code turns ------------------------------------------------------------------------------------
+
+def test_a_code_turn_asks_for_the_code_in_a_conversation_of_its_own(pack, tmp_path):
+    """With ``code_turns`` (llama.cpp) the code argument is a second request: the model as a
+    programmer in its own chat format (no system message, no tools), the other arguments chosen
+    first; the runtime still gets one JSON Decision."""
+    wrong, right = wrong_and_right(pack)
+    name = pack.load_expected()["entry_point"]
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    change = json.dumps({"path": "solution.py", "name": name, "diagnosis": None})
+    outputs = [json.dumps({"path": "solution.py"}),
+               change, wrong + CODE_FENCE_END, test_run,
+               change, right + CODE_FENCE_END, test_run,
+               json.dumps(f"I implemented {name} and the examples pass.")]
+    policy = ScriptedPolicy(outputs)
+    policy.code_blocks = policy.code_turns = True
+    outcome = run_agent(pack, policy, Budgets(), artifact_dir=tmp_path / "run")
+    policy.assert_complete()
+    assert outcome.result.status == "completed", outcome.result.stop_reason
+    turns = [r for r in policy.requests if r.code_only]
+    assert len(turns) == 2 and all(r.aside and r.code_field == "source" for r in turns)
+    assert all(len(r.messages) == 1 and r.messages[0]["role"] == "user" for r in turns)
+    assert all(r.prefix == "```python\n" and r.value_schema["type"] == "string" for r in turns)
+    assert pack.task.goal in turns[0].messages[0]["content"]
+    # the second turn sees how the examples failed, not the code that failed them (the 1.5B copies it)
+    assert "The tests fail" in turns[1].messages[0]["content"]
+    assert wrong.strip().splitlines()[-1].strip() not in turns[1].messages[0]["content"]
+    assert [r.temperature for r in turns] == [0.0, 1.0]
+    arguments = [r for r in policy.requests if r.code_field is None and r.value_schema
+                 and "name" in (r.value_schema.get("properties") or {})]
+    assert arguments and all("source" not in r.value_schema["properties"] for r in arguments)
+    decisions = [e["decision"] for e in outcome.events if e["type"] == "decision.valid"]
+    assert [d.get("tool") for d in decisions] == ["read_file", "replace_function", "bash", "replace_function", "bash", None]
+    assert decisions[3]["arguments"]["source"] == right.rstrip() + "\n"
+    assert outcome.result.metrics.task_success
+
+
+def test_a_code_turn_grammar_is_the_body_alone_and_compiles_with_the_models_tokenizer():
+    schema = {"type": "string", "pattern": '^def f\\(x\\):\\n    """Doc\\."""\\n[\\s\\S]*$'}
+    grammar = value_grammar(schema, code_only=True)
+    assert grammar.startswith("start: body\n") and "%json" not in grammar
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from agent.backends.guidance import Guidance
+
+    model = sorted(Path.home().glob(".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/*.gguf"))
+    assert model, "the 0.5B GGUF is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf downloads it"
+    vocab = llama_cpp.Llama(model_path=str(model[0]), vocab_only=True, verbose=False)
+    guidance = Guidance(vocab._model.vocab, eos_token=vocab._model.token_eos())
+    assert guidance.grammar(schema, code_only=True) is not None and guidance.failures == 0

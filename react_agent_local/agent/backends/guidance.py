@@ -38,15 +38,19 @@ def _import_llguidance():
     return llguidance
 
 
-def value_grammar(schema: dict[str, Any], lead: str = "", code_field: str | None = None) -> str:
+def value_grammar(schema: dict[str, Any], lead: str = "", code_field: str | None = None,
+                  code_only: bool = False) -> str:
     """A Lark grammar (llguidance's dialect) for ``lead`` then one JSON value matching ``schema``.
 
     With ``code_field`` (a string property of an object ``schema``) the JSON object holds the other
     properties and the code follows it in a fenced block, ended by the closing fence (a ``stop``: the
-    code itself is free text)."""
-    if code_field is not None:
-        from ..model_policy import CODE_FENCE, CODE_FENCE_END
+    code itself is free text). With ``code_only`` the whole text is a block's body (the prompt
+    opened the block) matching ``schema``, a string schema, and the closing fence ends it."""
+    from ..model_policy import CODE_FENCE, CODE_FENCE_END
 
+    if code_only:
+        return "start: body\n" + _body_rule(schema, CODE_FENCE_END)
+    if code_field is not None:
         field_schema = (schema.get("properties") or {}).get(code_field) or {}
         properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != code_field}
         required = [k for k in schema.get("required", []) if k != code_field]
@@ -56,13 +60,17 @@ def value_grammar(schema: dict[str, Any], lead: str = "", code_field: str | None
     start = f"start: {json.dumps(lead)} value{code}\n" if lead else f"start: value{code}\n"
     grammar = start + "value: %json " + json.dumps(body, ensure_ascii=False)
     if code_field is not None:
-        # the block matches the field's own pattern where it has one (anchors dropped: the fences anchor it)
-        pattern = str(field_schema.get("pattern") or "^(.|\\n)*$")
-        pattern = pattern[1:] if pattern.startswith("^") else pattern
-        pattern = pattern[:-1] if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
-        grammar += (f"\ncode: {json.dumps(CODE_FENCE)} body\n"
-                    f"body[stop={json.dumps(CODE_FENCE_END)}]: /{pattern.replace('/', chr(92) + '/')}/")
+        grammar += f"\ncode: {json.dumps(CODE_FENCE)} body\n" + _body_rule(field_schema, CODE_FENCE_END)
     return grammar
+
+
+def _body_rule(field_schema: dict[str, Any], end: str) -> str:
+    """A code block's body: the field's own pattern where it has one (anchors dropped: the fences
+    anchor it), ended by the closing fence."""
+    pattern = str(field_schema.get("pattern") or "^(.|\\n)*$")
+    pattern = pattern[1:] if pattern.startswith("^") else pattern
+    pattern = pattern[:-1] if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    return f"body[stop={json.dumps(end)}]: /{pattern.replace('/', chr(92) + '/')}/"
 
 
 def without_lengths_beside_patterns(node: Any) -> Any:
@@ -89,17 +97,18 @@ class Guidance:
         self._grammars: dict[str, str | None] = {}
         self.failures = 0
 
-    def grammar(self, schema: dict[str, Any] | None, lead: str = "", code_field: str | None = None) -> str | None:
+    def grammar(self, schema: dict[str, Any] | None, lead: str = "", code_field: str | None = None,
+                code_only: bool = False) -> str | None:
         """The checked grammar for ``schema`` (cached); None when absent or when it does not compile."""
         if schema is None:
             return None
-        key = lead + json.dumps(schema, sort_keys=True) + f"|code={code_field}"
+        key = lead + json.dumps(schema, sort_keys=True) + f"|code={code_field}|only={code_only}"
         if key not in self._grammars:
             # A long pattern intersected with a length bound can exceed what llguidance decides
             # ("unable to determine if regex is empty"): then the pattern alone constrains the
             # value, and the runtime's validator (and max_new_tokens) still enforce the lengths.
             for candidate in (schema, without_lengths_beside_patterns(schema)):
-                grammar = value_grammar(candidate, lead, code_field)
+                grammar = value_grammar(candidate, lead, code_field, code_only)
                 if self._compiles(grammar):
                     break
             else:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..model_policy import ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
+from ..model_policy import CODE_FENCE_END, ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
 from . import INSTALL_HINTS, ContextOverflow, ModelLocation, code_block_end, complete_json_end
 from .prefix_cache import PrefixCache, default_directory, model_identity
 
@@ -100,6 +100,7 @@ class LlamaCppPolicy(ContinuationPolicy):
     """A GGUF model in llama.cpp behind the one-method Policy seam."""
 
     code_blocks = True  # the grammar holds a code argument as a fenced block (guidance.value_grammar)
+    code_turns = True  # ... written in a code turn of its own, beside the conversation's cached prompt
 
     def __init__(self, loc: ModelLocation, device: str = "auto", dtype: str = "auto",
                  n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None):
@@ -199,7 +200,37 @@ class LlamaCppPolicy(ContinuationPolicy):
         with self._lock:
             if self._llm is None:
                 raise ModelUnavailable(f"{self.description.name} was unloaded", code="model_unloaded")
-            return self._generate(request)
+            if not request.aside or self._llm.n_tokens == 0:
+                return self._generate(request)
+            kept = self._snapshot()
+            try:
+                return self._generate(request)
+            finally:
+                self._reinstate(kept)
+
+    def _snapshot(self) -> tuple[list[int], bytes] | None:
+        """The evaluated conversation (its tokens and the context's state), to keep across an aside."""
+        llm, lc = self._llm, self._llama_cpp
+        size = lc.llama_state_get_size(llm._ctx.ctx)
+        buffer = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_get_data(llm._ctx.ctx, buffer, size)
+        if not 0 < written <= size:
+            return None
+        return list(llm.input_ids[: llm.n_tokens]), bytes(buffer[:written])
+
+    def _reinstate(self, kept: tuple[list[int], bytes] | None) -> None:
+        """Put back what ``_snapshot`` kept; when it cannot, the cache is emptied (the next prompt is
+        evaluated in full: slower, never a wrong state)."""
+        llm, lc = self._llm, self._llama_cpp
+        if kept is not None:
+            tokens, state = kept
+            buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+            if lc.llama_state_set_data(llm._ctx.ctx, buffer, len(state)) == len(state):
+                llm.input_ids[:len(tokens)] = tokens
+                llm.n_tokens = len(tokens)
+                return
+        llm.reset()
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
 
     def _generate(self, request: ModelRequest) -> Generation:
         started = time.perf_counter()
@@ -211,7 +242,7 @@ class LlamaCppPolicy(ContinuationPolicy):
                                   f"generate it exceeds the model context of {self.n_ctx} tokens")
         # A value after a prefix that ends at a colon starts with the space the model would write there.
         grammar = self._guidance.grammar(request.value_schema, lead=" " if request.prefix.endswith(":") else "",
-                                         code_field=request.code_field)
+                                         code_field=request.code_field, code_only=request.code_only)
         out: list[int] = []
         forced = drafted = restored = 0
 
@@ -264,7 +295,12 @@ class LlamaCppPolicy(ContinuationPolicy):
             text = llm.detokenize(out, prev_tokens=tokens).decode("utf-8", errors="ignore")
             if request.on_text is not None:
                 request.on_text(text)
-            end = code_block_end(text) if request.code_field is not None and matcher is not None else complete_json_end(text)
+            if request.code_only:
+                end = text.find(CODE_FENCE_END)
+                end = None if end < 0 else end + len(CODE_FENCE_END)
+            else:
+                end = code_block_end(text) if request.code_field is not None and matcher is not None \
+                    else complete_json_end(text)
             if end is not None:
                 text = text[:end]
                 return "stop"
