@@ -10,9 +10,10 @@ Routes (all GET; HEAD is answered like GET without a body)::
     /api/react-agent/example.zip        deterministic ZIP rooted at react_agent_local/
 
 Browser boundary (SECURITY 1-5), checked before routing by ``BoundaryMiddleware``: the Host must be
-a loopback name with this server's port (else 421), an Origin header must be this site's own
-origin (else 403; CORS is never granted), and only GET/HEAD exist (else 405) -- nothing here
-changes state. Every error is ``{"error": {"code", "message"}}``.
+a loopback name with this server's port (else 421 ``forbidden_host``), an Origin header must be this
+site's own origin (else 403 ``forbidden_origin``; CORS is never granted) -- the runner's checks, from
+the same ``agent.boundary.LoopbackGate`` -- and only GET/HEAD exist (else 405): nothing here changes
+state. Every error is ``{"error": {"code", "message"}}``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agent.boundary import LoopbackGate, request_headers
+
 from .package import (
     DEFAULT_PACKAGE_DIR,
     ZIP_ROOT,
@@ -40,7 +43,6 @@ from .package import (
 
 DEFAULT_PORT = 8017
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 STATIC_FILES = {
     "react-agent.js": "text/javascript; charset=utf-8",
     "react-agent.css": "text/css; charset=utf-8",
@@ -72,11 +74,7 @@ class BoundaryMiddleware:
 
     def __init__(self, app: Callable[..., Awaitable[None]], port: int):
         self.app = app
-        self.package: ExamplePackage | None = None
-        self.allowed_hosts = {f"{h}:{port}" for h in LOOPBACK_HOSTS}
-        if port == 80:
-            self.allowed_hosts |= set(LOOPBACK_HOSTS)
-        self.allowed_origins = {f"http://{h}" for h in self.allowed_hosts}
+        self.gate = LoopbackGate(port)  # this site's own origins only
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] == "websocket":  # none exist here; refuse before any handshake
@@ -85,15 +83,10 @@ class BoundaryMiddleware:
         if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
-        headers = [(k.lower(), v) for k, v in scope.get("headers", [])]
-        hosts = [v.decode("latin-1") for k, v in headers if k == b"host"]
-        origins = [v.decode("latin-1") for k, v in headers if k == b"origin"]
+        refusal = self.gate.refusal(request_headers(scope))
         rejection: JSONResponse | None = None
-        if len(hosts) != 1 or hosts[0].strip().lower() not in self.allowed_hosts:
-            rejection = error_response(421, "host_not_allowed",
-                                       "the Host header must be a loopback name with this server's port")
-        elif origins and (len(origins) != 1 or origins[0] not in self.allowed_origins):
-            rejection = error_response(403, "origin_not_allowed", "cross-origin requests are not allowed")
+        if refusal is not None:
+            rejection = error_response(refusal.status, refusal.code, refusal.message)
         elif scope["method"] not in ("GET", "HEAD"):
             rejection = error_response(405, "method_not_allowed", "only GET is supported here",
                                        {"Allow": "GET, HEAD"})

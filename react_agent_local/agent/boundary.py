@@ -1,21 +1,66 @@
-"""The runner's browser boundary: a pure ASGI layer in front of every route (SECURITY.md 1-7).
+"""The browser boundary of the runner and of the course site: checks that run before any route.
 
-Any web page the user opens can send requests to 127.0.0.1, so before routing this layer refuses a
-wrong ``Host`` (DNS rebinding), answers CORS only for the exact allowed origins (never ``*``, never
-credentials), allows only GET/POST/OPTIONS, requires a JSON content type on writes (no "simple"
-cross-site POST), and counts body bytes as they arrive (over the limit: 413 without buffering the
-whole body). Refusals use the same structured error body as the routes.
+Any web page the user opens can send requests to 127.0.0.1, so both loopback servers first ask the
+same two questions (``LoopbackGate``, one implementation with one code per refusal): is the ``Host``
+a loopback name with this server's port (else 421 ``forbidden_host``: DNS rebinding), and is an
+``Origin``, when sent, one of the allowed ones (else 403 ``forbidden_origin``)? The course site
+(``algolab/app.py``) allows only its own origin and GET; the runner's ``BrowserBoundary`` goes on:
+it answers CORS only for the exact allowed origins (never ``*``, never credentials), allows only
+GET/POST/OPTIONS, requires a JSON content type on writes (no "simple" cross-site POST), and counts
+body bytes as they arrive (over the limit: 413 without buffering the whole body). Refusals use the
+same structured error body as the routes.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int
+    code: str
+    message: str
+
+
+def request_headers(scope: dict[str, Any]) -> dict[str, list[str]]:
+    """The request's headers by lower-case name, each with every value it was sent with."""
+    headers: dict[str, list[str]] = {}
+    for key, value in scope.get("headers", []):
+        headers.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    return headers
+
+
+class LoopbackGate:
+    """The Host and Origin checks every loopback server of this repository makes before routing."""
+
+    def __init__(self, port: int, origins: Iterable[str] | None = None):
+        hosts = {f"{name}:{port}" for name in LOOPBACK_NAMES}
+        if port == 80:  # a browser leaves the default port out of Host
+            hosts |= set(LOOPBACK_NAMES)
+        self.hosts = frozenset(hosts)
+        #: The allowed origins; by default the server's own (``http://`` and one of its hosts).
+        self.origins = frozenset(origins if origins is not None else (f"http://{host}" for host in hosts))
+
+    def refusal(self, headers: dict[str, list[str]]) -> Refusal | None:
+        """Why the request is refused, or None. Exactly one Host, and at most one Origin, an allowed one."""
+        hosts = headers.get("host", [])
+        if len(hosts) != 1 or hosts[0].strip().lower() not in self.hosts:
+            return Refusal(421, "forbidden_host", "Host must be 127.0.0.1, localhost or [::1] with this server's port")
+        origins = headers.get("origin", [])
+        if origins and (len(origins) != 1 or origins[0] not in self.origins):
+            return Refusal(403, "forbidden_origin", "this Origin is not allowed to call this server")
+        return None
 
 
 class _BodyTooLarge(Exception):
@@ -28,8 +73,7 @@ class BrowserBoundary:
 
     def __init__(self, app: Any, *, port: int, allow_origins: tuple[str, ...], max_body_bytes: int):
         self.app = app
-        self.hosts = {f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]")}
-        self.origins = frozenset(allow_origins)
+        self.gate = LoopbackGate(port, allow_origins)
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
@@ -39,20 +83,13 @@ class BrowserBoundary:
         if scope["type"] != "http":  # no websockets here
             await send({"type": "websocket.close", "code": 1008})
             return
-        headers: dict[str, list[str]] = {}
-        for key, value in scope.get("headers", []):
-            headers.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
-
-        hosts = headers.get("host", [])
-        if len(hosts) != 1 or hosts[0].strip().lower() not in self.hosts:
-            await self._reject(send, 421, "forbidden_host",
-                               "Host must be 127.0.0.1, localhost or [::1] with this runner's port")
+        headers = request_headers(scope)
+        refusal = self.gate.refusal(headers)
+        if refusal is not None:
+            await self._reject(send, refusal.status, refusal.code, refusal.message)
             return
         origins = headers.get("origin", [])
-        origin = origins[0] if len(origins) == 1 else None
-        if origins and origin not in self.origins:
-            await self._reject(send, 403, "forbidden_origin", "this Origin is not allowed to call the runner")
-            return
+        origin = origins[0] if origins else None  # one, and allowed: the gate checked it
         cors = [(b"vary", b"Origin")]
         if origin is not None:
             cors.append((b"access-control-allow-origin", origin.encode("latin-1")))

@@ -13,7 +13,7 @@ any script) and checked, using only the cited successful Observations (and the g
 * **comparisons** -- every ``X >= Y`` (also ``≥ > <= ≤ < == !=``, arithmetic on either side) it
   states is arithmetically true, and where it claims a truth (``is True``, ``为False``, ``成立``) that
   claim is right;
-* **checks and verdict** -- where the pack (or the tool whose result the answer is about) declares the
+* **checks and verdict** -- where the pack (or its family, ``packs.TaskPack.guide``) declares the
   checks a verdict needs (``CheckSpec``: ``left op right`` over the evidence), a stated comparison
   against a check's threshold (``x op threshold``, or written the other way round, ``70 <= 72``, or
   as its complement, ``62 < 65``) must state that check's value -- and not a rounding of it that

@@ -4,44 +4,27 @@
 ``run`` drives the real runtime with a real model -- a local one, or a served one named
 ``openai:BASE_URL#NAME`` / ``anthropic:NAME`` (never the scripted test policy) -- and prints
 a readable step-by-step trace and the metrics, or with ``--json`` one JSON object with ``status``,
-``stop_reason``, ``final``, ``metrics`` and ``observations``.
+``stop_reason``, ``final``, ``metrics`` and ``observations``. Which model the flags name is
+``model_choice.py``'s; the workspace flags are ``workspace_flags.py``'s (``eval`` shares both).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
-from urllib.parse import urlsplit
+from pydantic import ValidationError
 
-from pydantic import TypeAdapter, ValidationError
-
-from .contracts import AnthropicSpec, Budgets, LocalModelSpec, ModelSpec, OpenAICompatibleSpec, Sampling
+from .contracts import Budgets, Sampling
+from .model_choice import ModelChoiceError, add_model_arguments, default_model, load_spec, model_spec
 from .packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError, load_pack
 from .trace import write_events
-
-MODEL_CACHE = Path(os.environ.get("REACT_AGENT_MODEL_DIR", Path.home() / ".cache" / "react-agent-local" / "models"))
-DEFAULT_MODEL_CANDIDATES = (
-    "qwen2.5-coder-1.5b-gguf/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-    "qwen2.5-1.5b-instruct",
-    "qwen2.5-coder-0.5b-gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    "qwen2.5-0.5b-instruct",
-)
-
-
-def default_model() -> Path | None:
-    for candidate in DEFAULT_MODEL_CANDIDATES:
-        path = MODEL_CACHE / candidate
-        if path.exists():
-            return path
-    return None
-
+from .workspace_flags import add_workspace_arguments, workspace_options
 
 # -- human-readable trace ------------------------------------------------------------------------
 
@@ -128,143 +111,6 @@ def print_metrics(metrics: dict[str, Any] | None) -> None:
 
 
 # -- commands -------------------------------------------------------------------------------
-
-SERVED_PREFIXES = {"openai:": "openai_compatible", "anthropic:": "anthropic"}
-
-
-def served_spec(args: argparse.Namespace) -> OpenAICompatibleSpec | AnthropicSpec | None:
-    """The served model named by ``--model openai:URL#NAME`` / ``--model anthropic:NAME`` or by
-    ``--served KIND --base-url URL --model-name NAME``; None for a local model."""
-    model = args.model or ""
-    prefix = next((p for p in SERVED_PREFIXES if model.startswith(p)), None)
-    kind = SERVED_PREFIXES[prefix] if prefix else args.served
-    if kind is None:
-        return None
-    base_url, name = args.base_url, args.model_name
-    if prefix == "openai:":
-        base_url, sep, name = model[len(prefix):].partition("#")
-        if not sep:
-            raise ValueError("write openai:BASE_URL#MODEL_NAME, e.g. openai:http://127.0.0.1:8080/v1#qwen")
-    elif prefix == "anthropic:":
-        name = model[len(prefix):]
-    elif name is None:
-        name = args.model
-    if not name:
-        raise ValueError("a served model needs its name (--model-name NAME)")
-    data: dict[str, Any] = {"kind": kind, "model": name}
-    if base_url:
-        data["base_url"] = base_url
-    elif kind == "openai_compatible":
-        raise ValueError("an OpenAI-compatible model needs --base-url (e.g. http://127.0.0.1:8080/v1)")
-    if args.api_key_env:
-        from .backends.served import ANTHROPIC_BASE_URL
-
-        origin = _origin_of(base_url or ANTHROPIC_BASE_URL)
-        if origin.scheme != "https" and not origin.loopback:
-            raise ValueError(f"--api-key-env: a key is sent over https only (or to a loopback host), not to {origin}")
-        data["api_key_env"] = args.api_key_env
-    if args.strict_tools:
-        data["strict_tools"] = True
-    return TypeAdapter(ModelSpec).validate_python(data)
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model flags of ``run`` and ``eval``: a local file or folder, or a served model."""
-    parser.add_argument("--model", default=None,
-                        help="GGUF file or model directory (default: the downloaded 1.5B); or a served model: "
-                             "openai:BASE_URL#NAME (an OpenAI-compatible server, e.g. openai:http://127.0.0.1:8080/v1#qwen) "
-                             "or anthropic:NAME")
-    parser.add_argument("--served", default=None, choices=["openai_compatible", "anthropic"],
-                        help="a served model given by --base-url and --model-name instead of --model")
-    parser.add_argument("--base-url", default=None, help="the served model's base URL (e.g. http://127.0.0.1:8000/v1)")
-    parser.add_argument("--model-name", default=None, help="the served model's name, as its server lists it")
-    parser.add_argument("--api-key-env", default=None, metavar="NAME",
-                        help="environment variable holding the served model's key (default OPENAI_API_KEY / "
-                             "ANTHROPIC_API_KEY); the key itself is never an argument")
-    parser.add_argument("--strict-tools", action="store_true", help="send strict tool schemas (OpenAI's API)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "llama_cpp", "transformers"])
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-
-
-def add_workspace_arguments(parser: argparse.ArgumentParser, *, directory: bool = True) -> None:
-    """The workspace flags of ``run`` (and, without ``--workspace``, of ``eval``): the operator's choices."""
-    if directory:
-        parser.add_argument("--workspace", default=None, metavar="DIR",
-                            help="the folder the workspace tools work in (default: a fresh copy of the pack's "
-                                 "repository template in the run's folder)")
-    parser.add_argument("--approval", default="ask_on_risk", choices=["never_ask", "ask_on_risk", "always_ask"],
-                        help="when a bash command needs the operator's yes (a y/N prompt on a terminal; "
-                             "without one, or in eval, asking means refused)")
-    parser.add_argument("--unsandboxed", action="store_true",
-                        help="run workspace commands on the host when no sandbox can start (the operator's "
-                             "explicit opt-out; never available to a request)")
-
-
-def workspace_options(args: argparse.Namespace, approver: Any) -> Any:
-    """``workspace.WorkspaceOptions`` from the workspace flags."""
-    from .shell_risk import ApprovalPolicy
-    from .workspace import WorkspaceOptions
-
-    directory = getattr(args, "workspace", None)
-    return WorkspaceOptions(directory=Path(directory).expanduser() if directory else None,
-                            approval=ApprovalPolicy(mode=args.approval), approver=approver,
-                            allow_unsandboxed=bool(args.unsandboxed))
-
-
-class ModelChoiceError(ValueError):
-    """The model flags name no usable model (the message is one operator-facing sentence)."""
-
-
-def model_spec(args: argparse.Namespace) -> ModelSpec:
-    """The ModelSpec the model flags name: a served model, the given local path, or the default download."""
-    try:
-        served = served_spec(args)
-        if served is not None:
-            return served
-        model = Path(args.model).expanduser() if args.model else default_model()
-        if model is None:
-            raise ModelChoiceError("no local model found. Download one first, e.g.\n"
-                                   "  python download_model.py --preset qwen2.5-coder-1.5b-gguf\n"
-                                   "then run again (or pass --model PATH)")
-        return LocalModelSpec(path=str(model), backend=args.backend, device=args.device, dtype=args.dtype)
-    except ValidationError as exc:
-        raise ModelChoiceError(f"--model: {exc.errors()[0]['msg']}") from None
-    except ModelChoiceError:
-        raise
-    except ValueError as exc:
-        raise ModelChoiceError(f"--model: {exc}") from None
-
-
-def served_access(spec: ModelSpec) -> Any:
-    """What a terminal command may reach: the origin on its command line, which gets the key of
-    ``--api-key-env`` (default OPENAI_API_KEY / ANTHROPIC_API_KEY) -- over https, or to loopback.
-    The one typing is the operator; a plain-http remote origin is reached without a key
-    (``served_spec`` refuses ``--api-key-env`` for one)."""
-    from .backends.served import base_url_of
-    from .backends.served_access import ServedAccess
-
-    if spec.kind == "local":
-        return ServedAccess()
-    origin = _origin_of(base_url_of(spec))
-    if origin.scheme != "https" and not origin.loopback:
-        return ServedAccess.of([str(origin)])
-    return ServedAccess.of([str(origin)], [f"{spec.kind}@{origin}={spec.api_key_env}"])
-
-
-def _origin_of(base_url: str) -> Any:
-    from .backends.served_access import parse_origin
-
-    parts = urlsplit(base_url)
-    return parse_origin(f"{parts.scheme}://{parts.netloc}")
-
-
-def load_spec(spec: ModelSpec) -> Any:
-    """Load the model a terminal command named: the origin on its command line is allowed (and gets the key)."""
-    from .backends import load_model
-
-    return load_model(spec, served_access(spec))
-
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .model_policy import ModelUnavailable  # noqa: F401  (documented failure type)

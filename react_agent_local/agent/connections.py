@@ -1,4 +1,4 @@
-"""The runner's connections: slow or idle clients are cut off and delay no one (SECURITY.md 25).
+"""The runner's connections: slow or idle clients are cut off and delay no one.
 
 uvicorn's HTTP protocols have no deadline for reading a request, so a client that sends its headers
 one byte a second would hold its connection (and a slot) for as long as it likes. Here each

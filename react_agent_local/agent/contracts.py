@@ -14,9 +14,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+# The model specs and their union are the provider registry's (one entry per kind); the bodies
+# below use them, and the served specs are importable from here like every other body's model.
+from .providers import AnthropicSpec, LocalModelSpec, ModelSpec, OpenAICompatibleSpec  # noqa: F401
+
+if TYPE_CHECKING:
+    from .model_policy import Candidate
 
 # --------------------------------------------------------------------------------------------
 # Decisions (R-DEC-1)
@@ -115,6 +122,35 @@ class Usage:
     recoverable: int = 0  # model faults and retryable tool failures the run could recover from
     recovered: int = 0
     pending_recoverable: int = 0  # faults not yet followed by progress
+
+    def add_call(self, call: Candidate) -> None:
+        """Count one model call: its tokens and time, and the protocol faults its policy already
+        repaired (recoverable and recovered at once)."""
+        self.model_calls += 1
+        self.input_tokens += call.input_tokens
+        self.output_tokens += call.output_tokens
+        self.cached_tokens += call.cached_tokens
+        self.forced_tokens += call.forced_tokens
+        self.drafted_tokens += call.drafted_tokens
+        self.model_ms += call.latency_ms
+        self.recoverable += call.protocol_repairs
+        self.recovered += call.protocol_repairs
+
+    def fault(self, *, until_progress: bool = False) -> None:
+        """One model fault or retryable tool failure the run may recover from. ``until_progress``:
+        it counts as recovered only when a valid action or an accepted Final follows (``progress``)."""
+        self.recoverable += 1
+        if until_progress:
+            self.pending_recoverable += 1
+
+    def recover(self, count: int = 1) -> None:
+        """``count`` faults of this step were recovered within it (a repaired Decision, a retried tool)."""
+        self.recovered += count
+
+    def progress(self) -> None:
+        """A valid action or an accepted Final: the faults pending before it are recovered."""
+        self.recovered += self.pending_recoverable
+        self.pending_recoverable = 0
 
 
 #: tokens a model call that writes source code may use at most (a HumanEval solution with its
@@ -332,6 +368,14 @@ class TaskSpec(BaseModel):
     tools: list[str] | None = Field(default=None, max_length=32,
                                     description="Tools the model may use (default: the required tools).")
     mode: Literal["guided", "free"] = "guided"
+    family: str | None = Field(
+        default=None, pattern=r"^[a-z][a-z0-9_]{0,31}$",
+        description="The task family of the pack (a folder of agent/families/): its default guide, computed "
+                    "from the latest Observations, completes how the Final is written and checked. Each of "
+                    "answer_form, checks, verdict, final_hints and expect that this file sets replaces the "
+                    "family's default, even set empty ([] or null switch that default off). Left out: the "
+                    "registry's default family (agent/families/__init__.py), as for packs written before "
+                    "families existed; null: no family.")
     subgoals: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Per tool, the items its Observations must cover (e.g. the facts to look up).")
@@ -365,11 +409,19 @@ class TaskSpec(BaseModel):
         names += [t for t in (self.tools or []) if t not in names]
         return names
 
-    def declared_guide(self) -> AnswerGuide | None:
-        if not (self.answer_form or self.checks or self.verdict or self.final_hints or self.expect):
-            return None
-        return AnswerGuide(answer_form=self.answer_form, checks=self.checks, verdict=self.verdict,
-                           hints=self.final_hints, expect=self.expect)
+    def guide_over(self, defaults: AnswerGuide | None) -> AnswerGuide | None:
+        """The pack's guide over its family's ``defaults``: a field this task.json sets (even empty)
+        in place of the default's, the default's for the others; None when nothing is left."""
+        fields: dict[str, Any] = {}
+        for own, name in _GUIDE_FIELDS.items():
+            declared = own in self.model_fields_set or defaults is None
+            fields[name] = getattr(self, own) if declared else getattr(defaults, name)
+        return AnswerGuide(**fields) if any(fields.values()) else None
+
+
+#: TaskSpec field -> the AnswerGuide field it declares
+_GUIDE_FIELDS = {"answer_form": "answer_form", "checks": "checks", "verdict": "verdict", "final_hints": "hints",
+                 "expect": "expect"}
 
 
 RunStatus = Literal["queued", "running", "completed", "stopped", "failed", "cancelled"]
@@ -437,62 +489,7 @@ class RunResult(BaseModel):
 # Runner HTTP bodies (R-API)
 # --------------------------------------------------------------------------------------------
 
-Device = Literal["auto", "cpu", "cuda", "mps"]
-Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 _PACK_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
-
-
-class LocalModelSpec(BaseModel):
-    """A model on this machine, run in-process: a GGUF file (llama.cpp, or transformers) or a
-    safetensors directory (transformers)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["local"] = "local"
-    path: str = Field(min_length=1, max_length=4096, description="GGUF file or model directory.")
-    backend: Literal["auto", "llama_cpp", "transformers"] = "auto"
-    device: Device = "auto"
-    dtype: Dtype = "auto"
-
-
-# http(s)://host[:port][/path] -- no user info, query or fragment: a URL is never a place for a key.
-_BASE_URL = r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~\-/]*)?$|^https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?(/[A-Za-z0-9._~\-/]*)?$"
-# The *name* of an environment variable of the runner; the key itself never travels in a request.
-_KEY_ENV = r"^[A-Z][A-Z0-9_]{0,62}_API_KEY$"
-_SERVED_MODEL = r"^[^\x00-\x1f\x7f]{1,200}$"
-
-
-class OpenAICompatibleSpec(BaseModel):
-    """A model behind an OpenAI-compatible chat completions endpoint (vLLM, llama.cpp's
-    llama-server, llama-cpp-python's server, Ollama, LM Studio, OpenAI). Native tool calling; the
-    runner only connects to loopback hosts unless its operator allows more (``--allow-model-host``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["openai_compatible"]
-    base_url: str = Field(max_length=2048, pattern=_BASE_URL, description="e.g. http://127.0.0.1:8000/v1")
-    model: str = Field(pattern=_SERVED_MODEL, description="The served model's name, as the server lists it.")
-    api_key_env: str = Field(default="OPENAI_API_KEY", pattern=_KEY_ENV,
-                             description="Name of the runner's environment variable holding the key (never the key).")
-    strict_tools: bool = Field(default=False, description="Send strict tool schemas (OpenAI structured outputs).")
-    send_top_k: bool = Field(default=True, description="Send top_k when sampling (vLLM, llama.cpp; not OpenAI's API).")
-
-
-class AnthropicSpec(BaseModel):
-    """A model behind Anthropic's Messages API (``base_url`` only for tests and gateways; the
-    default host api.anthropic.com must be allowed by the runner's operator like any other)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["anthropic"]
-    model: str = Field(pattern=_SERVED_MODEL, description="e.g. claude-haiku-4-5")
-    api_key_env: str = Field(default="ANTHROPIC_API_KEY", pattern=_KEY_ENV,
-                             description="Name of the runner's environment variable holding the key (never the key).")
-    base_url: str | None = Field(default=None, max_length=2048, pattern=_BASE_URL)
-
-
-ServedModelSpec = Union[OpenAICompatibleSpec, AnthropicSpec]
-ModelSpec = Annotated[Union[LocalModelSpec, OpenAICompatibleSpec, AnthropicSpec], Field(discriminator="kind")]
 _LEGACY_MODEL_FIELDS = {"model_path": "path", "backend": "backend", "device": "device", "dtype": "dtype"}
 
 

@@ -1,4 +1,4 @@
-"""Parsing model output into a typed Decision (R-DEC-1, R-RT-3): the one place model text becomes data.
+"""Parsing model output into a typed Decision: the one place model text becomes data.
 
 The model writes a continuation of the runtime's JSON prefix. ``parse_decision`` assembles
 ``prefix + text`` (closing the object with the branch's suffix when the model stopped at the end of

@@ -1,6 +1,6 @@
 """Explain a finished run: the model reads a bounded digest of the trace and says, in a few
-sentences, why each action was chosen, how the run recovered and why it stopped (seed 000's "ask
-the LLM" box).
+sentences, why each action was chosen, how the run recovered and why it stopped (the lab page's
+"ask the model" box).
 
 The digest is built from the trace events only -- Decisions, Observations (ok or the error code),
 guards, the evidence gate's verdicts, the stop_reason and the metrics -- never raw model text,

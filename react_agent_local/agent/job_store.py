@@ -1,21 +1,23 @@
-"""The runner's job store: a FIFO queue served by one worker thread, with persisted traces (R-API).
+"""The runner's job store: a FIFO queue served by worker threads, each job with its event log and its
+run folder.
 
-Jobs run one at a time (one model in memory). Each job has its own cancel ``Event``. The runtime
-hands every event to the job's sink as it happens; the store appends it to the job's in-memory log,
-so a poller using ``after_seq`` (or a stream following the job) sees the run grow, and readers
-always get copies. What leaves the store is public: the model's name and path hash, never its path.
+Jobs on an in-process model run one at a time (one model in memory) on one worker; jobs on a served
+model on up to ``max_concurrent_served`` more. Each job has its own cancel ``Event``. The runtime
+hands every event to the job's sink as it happens; the store appends it to the job's event log
+(``agent/jobs/event_log.py``), so a poller using ``after_seq`` (or a stream following the job) sees
+the run grow, and readers always get copies. What leaves the store is public: the model's name and
+path hash, never its path.
 
-On disk, ``<runs_dir>/<run-id>/`` holds ``job.json`` (the request minus the model path, status and
-result), ``events.jsonl`` (appended as events arrive) and ``artifacts/`` (the plot PNGs). The store
-writes only what it can read back: every event and record passes ``trace.redact`` (public and
-JSON-safe) and is serialized once, as strict JSON, before it is kept in memory or on disk. Run files
-are opened relative to folder descriptors without following a link on any component below
-``runs_dir``, so a run folder or ``artifacts/`` swapped for a symlink is refused, never read through. A restarted
-runner reloads finished jobs; a job that was queued or running when the process died is sealed as
-failed/runtime_error with its own ``run.finished``. Retention keeps the newest ``max_runs`` jobs and
-at most ``max_bytes`` on disk, deleting the oldest finished ones first. It runs on every path that
-ends a job -- finished, failed, cancelled while queued, sealed at a restart -- and when a job is
-created, so a storm of create + cancel cannot pile up folders while a long job runs.
+On disk each job has its run folder (``agent/jobs/run_folder.py``): ``job.json`` (the request minus
+the model path, status and result), ``events.jsonl`` (appended as events arrive) and ``artifacts/``
+(the plot PNGs). The store writes only what it can read back: every event and record passes
+``trace.redact`` (public and JSON-safe) and is serialized once, as strict JSON, before it is kept in
+memory or on disk. A restarted runner reloads finished jobs; a job that was queued or running when
+the process died is sealed as failed/runtime_error with its own ``run.finished``. Retention keeps the
+newest ``max_runs`` jobs and at most ``max_bytes`` on disk, deleting the oldest finished ones first.
+It runs on every path that ends a job -- finished, failed, cancelled while queued, sealed at a
+restart -- and when a job is created, so a storm of create + cancel cannot pile up folders while a
+long job runs.
 
 A job whose tools work in a workspace carries its public plan (``request.workspace``: ``source``
 template or operator, and the approval policy; ``agent/runner_workspace.py``): the store turns it
@@ -25,27 +27,20 @@ that reads it can answer at once; the end of the job closes its questions. At mo
 time uses the operator's folder (``WorkspaceBusy``).
 
 Locks, and why reads are cheap: the store's ``_lock`` guards the job table, the queue and the
-running id; each job's ``lock`` guards that job's state and event log and is held only to append to
-or slice in-memory lists; its ``io_lock`` orders that job's disk writes. Order: store, io, job;
-no disk write happens under a job lock. So a read (``view``, ``view_json``, ``follow``) takes no
-store lock and one job's lock for microseconds: it never waits on the worker, the model, a tool,
-or any run's disk writes. Async readers (the SSE stream) are woken with ``call_soon_threadsafe``,
-so the worker never waits on them either.
+running id; each job's ``lock`` (its event log's) guards that job's state and event log and is held
+only to append to or slice in-memory lists; its ``io_lock`` orders that job's disk writes. Order:
+store, io, job; no disk write happens under a job lock. So a read (``view``, ``view_json``,
+``follow``) takes no store lock and one job's lock for microseconds: it never waits on the worker,
+the model, a tool, or any run's disk writes. Async readers (the SSE stream) are woken with
+``call_soon_threadsafe``, so the worker never waits on them either.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
-import errno
 import json
 import logging
-import os
 import queue
-import re
 import secrets
-import shutil
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -55,18 +50,15 @@ from typing import Any, AsyncIterator, Callable
 
 from .approvals import ApprovalDesk
 from .contracts import TERMINAL_STATUS, Budgets, RunRequest
+from .jobs.event_log import EventLog, entry_of, strict_json
+from .jobs.run_folder import ARTIFACT_ID, RUN_ID, RunFolders, SavedRun, over_limits
 from .packs import load_pack
 from .runner_workspace import RunnerWorkspace
-from .trace import MAX_EVENTS, redact, strip_hidden_reasoning
+from .trace import redact
 
 log = logging.getLogger(__name__)
 
-RUN_ID = re.compile(r"^run-[0-9a-f]{12}$")
-ARTIFACT_ID = re.compile(r"^art-[0-9a-f]{16}$")
 TERMINAL = frozenset(TERMINAL_STATUS.values())
-MAX_ARTIFACT_BYTES = 20 * 1024 * 1024
-MAX_RECORD_BYTES = 16 * 1024 * 1024  # job.json
-EVENT_FIELDS = ("seq", "type", "step", "attempt", "phase", "elapsed_ms")
 STOPPED_MESSAGE = "runner stopped before the run finished"
 
 #: run_agent's signature (agent/runtime.py); injectable so tests can drive the store directly.
@@ -111,25 +103,19 @@ class Job:
     started_at: str | None = None
     finished_at: str | None = None
     cancel_requested: bool = False
-    events: list[dict[str, Any]] = field(default_factory=list)
-    last_seq: int = 0
-    dropped_events: int = 0
-    finished_event: bool = False
+    log: EventLog = field(default_factory=EventLog, repr=False)
     artifact_ids: list[str] = field(default_factory=list)
     disk_bytes: int = 0
     cancel: threading.Event = field(default_factory=threading.Event)
     run_request: RunRequest | None = None  # in memory only, dropped when the job ends
     run_fn: RunFunction | None = field(default=None, repr=False)  # this job's own; in memory, dropped when it ends
-    # The event log beside ``events``: each event's seq, its stored JSON (no newline) and the
-    # wall-clock time it was recorded; appended under ``lock``, never mutated, trimmed together.
-    seqs: list[int] = field(default_factory=list)
-    lines: list[bytes] = field(default_factory=list)
-    recorded: list[float] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     io_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    # Async readers waiting for the next event, by event loop (woken with call_soon_threadsafe).
-    waiters: dict[Any, set[asyncio.Event]] = field(default_factory=dict, repr=False)
     observer: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The job's lock is its event log's: one lock guards its state and its events."""
+        return self.log.lock
 
     @property
     def terminal(self) -> bool:
@@ -150,7 +136,7 @@ class Job:
             "metrics": self.metrics,
             "error": self.error,
             "cancel_requested": self.cancel_requested,
-            "dropped_events": self.dropped_events,
+            "dropped_events": self.log.dropped,
         }
 
 
@@ -168,124 +154,6 @@ def _find_artifact_ids(value: Any, found: list[str]) -> None:
             _find_artifact_ids(v, found)
 
 
-def _dir_bytes(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def _strict_json(value: Any, **options: Any) -> bytes:
-    """The one serialization of what the store keeps: strict JSON (no NaN), encoded as UTF-8."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, **options).encode("utf-8")
-
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_DIR_FD = bool(_NOFOLLOW) and os.open in os.supports_dir_fd
-
-
-class _Folder:
-    """``runs_dir/<parts>`` opened without following a link on any component below ``runs_dir``.
-
-    ``runs_dir`` itself is the operator's choice and may be a link. Files are opened relative to the
-    folder's descriptor with ``O_NOFOLLOW``, so swapping the run folder, ``artifacts/`` or a file for
-    a symlink makes the open fail instead of reaching outside (the course site's reader does the same).
-    Without ``dir_fd`` (Windows) each component is checked with ``lstat`` before use.
-    """
-
-    def __init__(self, root: Path, *parts: str):
-        self.path = Path(root).joinpath(*parts)
-        self.fd: int | None = None
-        if not _DIR_FD:
-            for i in range(1, len(parts) + 1):
-                _refuse_link(Path(root).joinpath(*parts[:i]), directory=True)
-            return
-        fds = [os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)]
-        try:
-            for part in parts:
-                fds.append(os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fds[-1]))
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            raise
-        for fd in fds[:-1]:
-            os.close(fd)
-        self.fd = fds[-1]
-
-    def __enter__(self) -> "_Folder":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def open(self, name: str, flags: int, mode: int = 0o644) -> int:
-        if self.fd is not None:
-            return os.open(name, flags | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
-        _refuse_link(self.path / name, directory=False)
-        return os.open(self.path / name, flags | getattr(os, "O_BINARY", 0), mode)
-
-    def read(self, name: str, limit: int) -> bytes:
-        """A regular file of at most ``limit`` bytes (no FIFO, device or link); OSError otherwise."""
-        fd = self.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-                raise OSError(errno.EINVAL, "not a regular file of the expected size")
-            data = fh.read(limit + 1)
-        if len(data) > limit:
-            raise OSError(errno.EFBIG, "file grew past its limit")
-        return data
-
-    def append(self, name: str, data: bytes) -> None:
-        fd = self.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-
-    def write_atomic(self, name: str, data: bytes) -> None:
-        tmp = name + ".tmp"
-        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        if self.fd is not None:
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        else:
-            os.replace(self.path / tmp, self.path / name)
-
-
-def _wake_all(wakes: tuple[asyncio.Event, ...]) -> None:
-    for wake in wakes:
-        wake.set()
-
-
-def _refuse_link(path: Path, *, directory: bool) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if directory:
-            raise
-        return  # a file about to be created
-    if stat.S_ISLNK(st.st_mode) or (directory and not stat.S_ISDIR(st.st_mode)):
-        raise OSError(errno.ELOOP, "a run path component is a link")
-
-
 class JobStore:
     def __init__(
         self,
@@ -300,11 +168,11 @@ class JobStore:
         max_concurrent_served: int = 4,
         workspace: RunnerWorkspace | None = None,
     ):
-        self.runs_dir = Path(runs_dir)
+        self.folders = RunFolders(runs_dir)
+        self.runs_dir = self.folders.root
         self.workspace = workspace or RunnerWorkspace()
         self.approvals = ApprovalDesk()
         self._observer_factory = observer_factory
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._run_fn = run_fn
         self._policy_factory = policy_factory
         self.max_runs = max_runs
@@ -327,7 +195,7 @@ class JobStore:
         for worker in self._workers:
             worker.start()
 
-    # ---------------------------------------------------------------- public API (HTTP side)
+    # ---------------------------------------------------------------- admission and cancel
 
     def submit(self, run_request: RunRequest, model: dict[str, Any], workspace: dict[str, Any] | None = None, *,
                public: dict[str, Any] | None = None,
@@ -362,7 +230,7 @@ class JobStore:
             job_id = self._new_id()
             job = Job(id=job_id, created_at=_now(), request=redact(public_request), model=redact(dict(model)),
                       run_request=run_request, run_fn=run_for(job_id) if run_for is not None else None)
-            self._job_dir(job_id).joinpath("artifacts").mkdir(parents=True, exist_ok=True)
+            self.folders.create(job_id)
             self._persist(job)
             self._jobs[job_id] = job
             self._queued_ids.append(job_id)
@@ -371,68 +239,6 @@ class JobStore:
         (self._served_queue if served else self._queue).put(job_id)
         self._enforce_retention()
         return view
-
-    def view(self, job_id: str, after_seq: int = 0) -> dict[str, Any]:
-        return self._view(self._get(job_id), after_seq)
-
-    def view_json(self, job_id: str, after_seq: int = 0) -> bytes:
-        """``view`` as the JSON bytes of the HTTP response, splicing in the events' stored JSON."""
-        job = self._get(job_id)
-        with job.lock:
-            head = self._view_head(job)
-            lines = job.lines[bisect.bisect_right(job.seqs, after_seq):]
-        body = _strict_json(head, separators=(",", ":"))
-        return body[:-1] + b',"events":[' + b",".join(lines) + b"]}"
-
-    def finished_after(self, job_id: str, after_seq: int) -> bool:
-        """True when the job has recorded run.finished and nothing is left after ``after_seq``."""
-        job = self._get(job_id)
-        with job.lock:
-            return job.finished_event and after_seq >= job.last_seq
-
-    async def follow(self, job_id: str, after_seq: int,
-                     until: float | None = None) -> AsyncIterator[tuple[int, bytes, float]]:
-        """(seq, stored JSON, recorded-at unix time) of each event after ``after_seq`` as it arrives.
-
-        Ends after run.finished, or when the event loop's clock passes ``until``. Waiting costs the
-        worker nothing: it only schedules a wake-up on this event loop. The wake-up is cleared
-        before each read, so an event recorded between the read and the wait still wakes the
-        reader (no lost wake-up, no busy loop).
-        """
-        job = self._get(job_id)
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-        with job.lock:
-            job.waiters.setdefault(loop, set()).add(wake)
-        try:
-            while True:
-                wake.clear()
-                with job.lock:
-                    start = bisect.bisect_right(job.seqs, after_seq)
-                    batch = list(zip(job.seqs[start:], job.lines[start:], job.recorded[start:]))
-                    done = job.finished_event
-                for item in batch:
-                    yield item
-                    after_seq = item[0]
-                remaining = None if until is None else until - loop.time()
-                if done or (remaining is not None and remaining <= 0):
-                    return
-                try:
-                    await asyncio.wait_for(wake.wait(), remaining)
-                except asyncio.TimeoutError:
-                    return
-        finally:
-            with job.lock:
-                waiting = job.waiters.get(loop)
-                if waiting is not None:
-                    waiting.discard(wake)
-                    if not waiting:
-                        del job.waiters[loop]
-
-    def list_recent(self, limit: int = 50) -> list[dict[str, Any]]:
-        with self._lock:
-            jobs = list(self._jobs.values())[-limit:]
-        return [self._summary(job) for job in reversed(jobs)]
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a queued job (sealed here) or signal a running one (the runtime stops at its next wait)."""
@@ -451,15 +257,59 @@ class JobStore:
             else:
                 self.approvals.close_run(job.id)  # an answer now would come for a run that is stopping
                 self._persist(job)
-            view = self._view(job, job.last_seq)
+            view = self._view(job, job.log.last_seq)
         if ended:  # a running job is ended (and retention run) by its worker
             self._enforce_retention()
         return view
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop taking jobs, cancel the running ones and wait briefly for the workers."""
+        with self._lock:
+            self._closed = True
+            for job_id in self._running_ids:
+                self._jobs[job_id].cancel.set()
+        self._queue.put(None)
+        for _ in self._workers[1:]:
+            self._served_queue.put(None)
+        deadline = time.monotonic() + timeout
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+
+    # ---------------------------------------------------------------- reads (no store lock, no disk)
+
+    def view(self, job_id: str, after_seq: int = 0) -> dict[str, Any]:
+        return self._view(self._get(job_id), after_seq)
+
+    def view_json(self, job_id: str, after_seq: int = 0) -> bytes:
+        """``view`` as the JSON bytes of the HTTP response, splicing in the events' stored JSON."""
+        job = self._get(job_id)
+        with job.lock:
+            head = self._view_head(job)
+            entries = job.log.since(after_seq)
+        body = strict_json(head, separators=(",", ":"))
+        return body[:-1] + b',"events":[' + b",".join(e.line for e in entries) + b"]}"
+
+    def finished_after(self, job_id: str, after_seq: int) -> bool:
+        """True when the job has recorded run.finished and nothing is left after ``after_seq``."""
+        job = self._get(job_id)
+        with job.lock:
+            return job.log.finished and after_seq >= job.log.last_seq
+
+    def follow(self, job_id: str, after_seq: int,
+               until: float | None = None) -> AsyncIterator[tuple[int, bytes, float]]:
+        """(seq, stored JSON, recorded-at unix time) of each event after ``after_seq`` as it arrives,
+        until run.finished or ``until`` (``EventLog.follow``); JobNotFound at once for an unknown id."""
+        return self._get(job_id).log.follow(after_seq, until)
+
+    def list_recent(self, limit: int = 50) -> list[dict[str, Any]]:
+        with self._lock:
+            jobs = list(self._jobs.values())[-limit:]
+        return [self._summary(job) for job in reversed(jobs)]
+
     def read_artifact(self, job_id: str, artifact_id: str) -> bytes:
         """The PNG of ``artifact_id`` if it belongs to ``job_id``; JobNotFound otherwise.
 
-        Read from a descriptor opened without following links (``_Folder``): a run folder,
+        Read from a descriptor opened without following links (``NoFollowFolder``): a run folder,
         ``artifacts/`` or PNG replaced by a symlink is "missing", never served.
         """
         if not isinstance(artifact_id, str) or not ARTIFACT_ID.match(artifact_id):
@@ -469,8 +319,7 @@ class JobStore:
             if artifact_id not in job.artifact_ids:
                 raise JobNotFound("unknown artifact")
         try:
-            with _Folder(self.runs_dir, job_id, "artifacts") as folder:
-                return folder.read(f"{artifact_id}.png", MAX_ARTIFACT_BYTES)
+            return self.folders.read_artifact(job_id, artifact_id)
         except OSError:
             raise JobNotFound("artifact file is missing") from None
 
@@ -490,19 +339,6 @@ class JobStore:
         """Jobs a worker is running. A job whose run.finished is out counts no more, though its worker
         may still be writing job.json: a client that saw it end may unload the model at once."""
         return [i for i in list(self._running_ids) if (job := self._jobs.get(i)) is not None and not job.terminal]
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop taking jobs, cancel the running ones and wait briefly for the workers."""
-        with self._lock:
-            self._closed = True
-            for job_id in self._running_ids:
-                self._jobs[job_id].cancel.set()
-        self._queue.put(None)
-        for _ in self._workers[1:]:
-            self._served_queue.put(None)
-        deadline = time.monotonic() + timeout
-        for worker in self._workers:
-            worker.join(max(0.0, deadline - time.monotonic()))
 
     # ---------------------------------------------------------------- the worker
 
@@ -552,7 +388,7 @@ class JobStore:
                 narrowed["workspace"] = self.workspace.options(plan, self.approvals.approver(job.id, job.cancel))
             run = job.run_fn or self._run_fn
             outcome = run(pack, policy, budgets, sampling=job.run_request.sampling, **narrowed,
-                          artifact_dir=self._job_dir(job.id) / "artifacts", cancel=job.cancel, sink=sink)
+                          artifact_dir=self.folders.artifacts(job.id), cancel=job.cancel, sink=sink)
             result = outcome.result
             dump = lambda m: redact(m.model_dump(mode="json")) if m is not None else None  # noqa: E731
             self._seal(job, result.status, result.stop_reason, error=dump(result.error),
@@ -566,16 +402,13 @@ class JobStore:
             job.observer = None
             self.approvals.close_run(job.id)
 
-    # ---------------------------------------------------------------- internals
+    # ---------------------------------------------------------------- recording a job
 
     def _new_id(self) -> str:
         while True:
             job_id = "run-" + secrets.token_hex(6)
-            if job_id not in self._jobs and not os.path.lexists(self._job_dir(job_id)):
+            if job_id not in self._jobs and not self.folders.taken(job_id):
                 return job_id
-
-    def _job_dir(self, job_id: str) -> Path:
-        return self.runs_dir / job_id
 
     def _get(self, job_id: str) -> Job:
         if not isinstance(job_id, str) or not RUN_ID.match(job_id):
@@ -588,39 +421,21 @@ class JobStore:
     def _append(self, job: Job, event: dict[str, Any], persist: bool = True) -> None:
         """Store one event; exactly one run.finished per job, events after it are ignored.
 
-        The event is made public and JSON-safe, then serialized once; what is kept in memory is
-        exactly what ``events.jsonl`` holds. An event that still cannot be written is replaced by
-        a marker with its seq and type, so the trace never has a gap. The job's lock is held only
-        for the in-memory append: the disk write, the wake-ups and the observer come after it.
+        What is kept in memory is exactly what ``events.jsonl`` holds (``entry_of``). The job's
+        lock is held only for the in-memory append: the disk write, the wake-ups and the observer
+        come after it.
         """
-        seq = event.get("seq")
-        if not isinstance(seq, int) or isinstance(seq, bool):
+        entry = entry_of(event)
+        if entry is None:
             return
-        event = strip_hidden_reasoning(redact(event))  # redact first: it bounds the depth
-        try:
-            line = _strict_json(event) + b"\n"
-        except (ValueError, TypeError, RecursionError):  # redact() makes this unreachable; the trace still has no gap
-            event = {k: event.get(k) for k in EVENT_FIELDS} | {"unstorable": True}
-            event["type"] = str(event["type"])
-            if event["type"] == "run.finished":
-                event.update(status="failed", stop_reason="runtime_error")
-            line = _strict_json(redact(event)) + b"\n"
+        event = entry.event
         artifacts: list[str] = []
         _find_artifact_ids(event, artifacts)
         with job.lock:
-            if job.finished_event or seq <= job.last_seq:
+            if not job.log.add(entry):
                 return
-            job.events.append(event)
-            job.seqs.append(seq)
-            job.lines.append(line[:-1])
-            job.recorded.append(time.time())
-            job.last_seq = seq
-            if len(job.events) > MAX_EVENTS:  # run.finished is always the newest, so it is never dropped
-                del job.events[0], job.seqs[0], job.lines[0], job.recorded[0]
-                job.dropped_events += 1
             job.artifact_ids.extend(a for a in artifacts if a not in job.artifact_ids)
             if event.get("type") == "run.finished":
-                job.finished_event = True
                 # Pollers see the terminal state with the event; _seal confirms it from the RunResult.
                 status = event.get("status")
                 if status in TERMINAL:
@@ -630,16 +445,11 @@ class JobStore:
                     job.metrics = event.get("metrics")
                     job.error = event.get("error")
                     job.finished_at = job.finished_at or _now()
-            waiters = [(loop, tuple(wakes)) for loop, wakes in job.waiters.items()]
-        for loop, wakes in waiters:
-            try:
-                loop.call_soon_threadsafe(_wake_all, wakes)
-            except RuntimeError:  # that loop is closed; its readers are gone
-                pass
+        job.log.wake()
         if persist:
             try:
-                with job.io_lock, _Folder(self.runs_dir, job.id) as folder:
-                    folder.append("events.jsonl", line)
+                with job.io_lock:
+                    self.folders.append_event(job.id, entry.line + b"\n")
             except OSError:
                 log.warning("cannot append to the event log of %s", job.id)
         if job.observer is not None:
@@ -653,9 +463,9 @@ class JobStore:
               final: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> None:
         """Make the job terminal; add its run.finished if the runtime did not emit one."""
         error, final, metrics = redact(error), redact(final), redact(metrics)
-        if not job.finished_event:  # only this thread appends to the job, so the check holds
+        if not job.log.finished:  # only this thread appends to the job, so the check holds
             self._append(job, {
-                "seq": job.last_seq + 1, "type": "run.finished", "step": 0, "attempt": 0, "phase": "run",
+                "seq": job.log.last_seq + 1, "type": "run.finished", "step": 0, "attempt": 0, "phase": "run",
                 "elapsed_ms": 0.0, "status": status, "stop_reason": stop_reason, "final": final,
                 "metrics": metrics, "error": error,
             })
@@ -666,7 +476,7 @@ class JobStore:
             job.run_request = None  # forget the model path
             job.run_fn = None
         self._persist(job)
-        job.disk_bytes = _dir_bytes(self._job_dir(job.id))
+        job.disk_bytes = self.folders.size(job.id)
 
     def _persist(self, job: Job) -> None:
         # io_lock first: two writers snapshot and write in the same order, so the newest state wins.
@@ -674,11 +484,11 @@ class JobStore:
             with job.io_lock:
                 with job.lock:
                     record = job.record()
-                data = _strict_json(redact(record), indent=1)
-                with _Folder(self.runs_dir, job.id) as folder:
-                    folder.write_atomic("job.json", data)
+                self.folders.write_record(job.id, strict_json(redact(record), indent=1))
         except (OSError, ValueError):
             log.warning("cannot write job.json of %s", job.id)
+
+    # ---------------------------------------------------------------- views
 
     def _summary(self, job: Job) -> dict[str, Any]:
         with job.lock:
@@ -704,7 +514,7 @@ class JobStore:
             "model": dict(job.model),
             "test_policy": bool(job.model.get("test_policy")),
             "pack": job.request.get("pack"),
-            "last_seq": job.last_seq,
+            "last_seq": job.log.last_seq,
             "cancel_requested": job.cancel_requested,
             "queue_position": self._queue_position(job),
         }
@@ -713,7 +523,7 @@ class JobStore:
         """The view without its events (job lock held). Stored values are replaced, never mutated."""
         view = self._summary_locked(job)
         view.update({
-            "dropped_events": job.dropped_events,
+            "dropped_events": job.log.dropped,
             "request": job.request,
             "final": job.final,
             "metrics": job.metrics if job.terminal else None,
@@ -725,8 +535,9 @@ class JobStore:
     def _view(self, job: Job, after_seq: int) -> dict[str, Any]:
         with job.lock:
             view = self._view_head(job)
-            # Events are never mutated after they are stored, so a new list of them is a safe copy.
-            view["events"] = job.events[bisect.bisect_right(job.seqs, after_seq):]
+            entries = job.log.since(after_seq)
+        # Events are never mutated after they are stored, so a new list of them is a safe copy.
+        view["events"] = [e.event for e in entries]
         view["request"] = json.loads(json.dumps(view["request"]))
         return view
 
@@ -734,27 +545,22 @@ class JobStore:
 
     def _load_existing(self) -> None:
         loaded: list[Job] = []
-        for child in self.runs_dir.iterdir():
-            if not RUN_ID.match(child.name) or child.is_symlink() or not child.is_dir():
-                continue
+        for saved in self.folders.saved():
             try:
-                loaded.append(self._load_job(child))
+                loaded.append(self._reload(saved))
             except (OSError, ValueError, KeyError, TypeError, RecursionError):
-                log.warning("skipping unreadable run folder %s", child.name)
+                log.warning("skipping unreadable run folder %s", saved.id)
         for job in sorted(loaded, key=lambda j: j.created_at):
             self._jobs[job.id] = job
 
-    def _load_job(self, folder: Path) -> Job:
-        with _Folder(self.runs_dir, folder.name) as run_folder:
-            record = redact(json.loads(run_folder.read("job.json", MAX_RECORD_BYTES)))
-            lines = self._read_event_lines(run_folder)
-        if not isinstance(record, dict) or record.get("id") != folder.name:
-            raise ValueError("job.json does not match its folder")
-        job = Job(id=folder.name, created_at=str(record["created_at"]), request=dict(record["request"]),
+    def _reload(self, saved: SavedRun) -> Job:
+        """The job of a run folder, its events replayed; sealed as failed if it never finished."""
+        record = saved.record
+        job = Job(id=saved.id, created_at=str(record["created_at"]), request=dict(record["request"]),
                   model=dict(record["model"]), cancel_requested=bool(record.get("cancel_requested")))
         job.started_at = record.get("started_at")
-        job.dropped_events = int(record.get("dropped_events") or 0)
-        for line in lines:
+        job.log.dropped = int(record.get("dropped_events") or 0)
+        for line in saved.lines:
             try:
                 event = json.loads(line.decode("utf-8", errors="replace"))
             except (ValueError, RecursionError):  # a line cut short by a crash
@@ -767,47 +573,24 @@ class JobStore:
             job.stop_reason, job.final = record.get("stop_reason"), record.get("final")
             job.metrics, job.error = record.get("metrics"), record.get("error")
             job.finished_at = record.get("finished_at")
-            if not job.finished_event:
+            if not job.log.finished:
                 self._seal(job, status, job.stop_reason or "runtime_error", error=job.error,
                            final=job.final, metrics=job.metrics)
-        elif job.finished_event:  # died after run.finished but before job.json caught up
+        elif job.log.finished:  # died after run.finished but before job.json caught up
             self._persist(job)
         else:
             self._seal(job, "failed", "runtime_error",
                        error={"code": "runtime_error", "message": STOPPED_MESSAGE, "retryable": False})
-        job.disk_bytes = _dir_bytes(folder)
+        job.disk_bytes = self.folders.size(job.id)
         return job
-
-    @staticmethod
-    def _read_event_lines(folder: _Folder) -> list[bytes]:
-        """The lines of events.jsonl; none when it is missing or not a regular file (a link, a FIFO)."""
-        try:
-            fd = folder.open("events.jsonl", os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            return []
-        except OSError:
-            log.warning("ignoring the event log of %s: not a regular file", folder.path.name)
-            return []
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                log.warning("ignoring the event log of %s: not a regular file", folder.path.name)
-                return []
-            return fh.readlines()
 
     def _enforce_retention(self) -> None:
         """Delete the oldest finished jobs until at most ``max_runs`` jobs and ``max_bytes`` remain
         (jobs still queued or running count, but are never deleted)."""
         with self._lock:
-            finished = [j for j in self._jobs.values() if j.terminal]  # oldest first
-            count = len(self._jobs)
-            total = sum(j.disk_bytes for j in self._jobs.values())
-            victims = []
-            for job in finished:
-                if count <= self.max_runs and total <= self.max_bytes:
-                    break
-                victims.append(job)
-                count -= 1
-                total -= job.disk_bytes
-                del self._jobs[job.id]
-        for job in victims:
-            shutil.rmtree(self._job_dir(job.id), ignore_errors=True)
+            victims = over_limits([(j.id, j.terminal, j.disk_bytes) for j in self._jobs.values()],
+                                  max_runs=self.max_runs, max_bytes=self.max_bytes)
+            for job_id in victims:
+                del self._jobs[job_id]
+        for job_id in victims:
+            self.folders.delete(job_id)

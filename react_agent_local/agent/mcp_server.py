@@ -1,4 +1,4 @@
-"""Our tools as an MCP server: ``react-agent mcp serve [--pack NAME|DIR] [--tools a,b]`` (R-MCP).
+"""Our tools as an MCP server: ``react-agent mcp serve [--pack NAME|DIR] [--tools a,b]``.
 
 Any MCP client (Claude Desktop, an IDE, the SDK's own ``mcp.Client``, this package's ``tools/mcp.py``)
 can start it over stdio and use the package's tools -- knowledge_search over the pack's knowledge,

@@ -1,4 +1,4 @@
-"""Per-run metrics (R-MET; seed 000 §19), computed after the run from counters, usage and the
+"""Per-run metrics, computed after the run from counters, usage and the
 pack's ``data/expected.json``. This is the only module that reads ground truth, and only after the
 run has ended: nothing here reaches a prompt or a tool.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .claims import stated_comparisons, stated_verdict
-from .contracts import FinalDecision, Metrics, Observation, Usage
+from .contracts import FinalDecision, Metrics, Usage
 from .numbers import close, read_numbers
 from .packs import PackError
 
@@ -39,10 +39,8 @@ DEFAULT_PROTECTED = ("cancelled", "max_steps", "tool_budget", "token_budget", "t
 class RunRecord:
     """What a run leaves for grading (filled by ``runtime.Run``); its counters are in ``usage``."""
 
-    observations: list[Observation] = field(default_factory=list)
     successes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # (obs id, tool, result)
     guard_fired: bool = False
-    final_step: int | None = None
     usage: Usage = field(default_factory=Usage)
     total_ms: float = 0.0
     workspace: Any = None  # the run's workspace.Workspace, for a workspace_tests check

@@ -6,11 +6,13 @@ model-visible state, the run's tool registry, the token limit, sampling, deadlin
 policy answers with a ``Candidate`` and its usage; the runtime parses and validates it, whatever
 the model said. ``close()`` releases what the policy holds.
 
-How a policy gets its candidate is its own business. In-process models (``ContinuationPolicy``)
-render the state as chat messages, write the runtime's JSON prefix into the assistant turn
-(type, tool or evidence_ids; R-DEC-3) and continue it under a grammar built from the value
-schema -- a ``ModelRequest`` to their ``generate``. A served model with native tool calling may
-instead return the Decision as structured data (``Candidate.decision``).
+How a policy gets its candidate is its own business; what the model is asked is the request's one
+``Prompt`` (``prompting.build_prompt``), rendered for it by ``rendering.py``. In-process models
+(``ContinuationPolicy``) take it as chat messages (``messages()``), write the runtime's JSON prefix
+into the assistant turn (type, tool or evidence_ids) and continue it under a grammar built from
+the value schema -- a ``ModelRequest`` to their ``generate``. A served model with native tool
+calling takes it as a conversation (``conversation()``) and returns the Decision as structured
+data (``Candidate.decision``).
 
 Backends (one module each, heavy imports inside): ``backends/llama_cpp.py``,
 ``backends/transformers_backend.py``; ``backends/scripted.py`` is the test policy and is
@@ -31,7 +33,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 if TYPE_CHECKING:
-    from .contracts import CallRepair
+    from .rendering import Conversation
+    from .contracts import CallRepair, Sampling
+    from .prompting import Branch, Prompt, PromptState
+    from .tools import ToolRegistry
 
 FinishReason = Literal["stop", "length", "deadline", "cancelled"]
 
@@ -90,11 +95,11 @@ class ModelRequest:
 class DecisionRequest:
     """What the runtime asks a policy for: one Decision candidate for this branch."""
 
-    branch: Any  # prompting.Branch
-    state: Any  # prompting.PromptState
-    tools: Any  # tools.ToolRegistry
+    branch: Branch
+    state: PromptState
+    tools: ToolRegistry
     max_new_tokens: int
-    sampling: Any  # contracts.Sampling
+    sampling: Sampling
     repair_error: str | None = None
     deadline: float | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -102,30 +107,43 @@ class DecisionRequest:
     #: served model's text) or "arguments" (a served tool call's). Counts only: the raw text never
     #: leaves the policy, so a live view cannot leak it into a trace.
     on_progress: Callable[[str, int], None] | None = None
-    _turn: str | None = field(default=None, init=False, repr=False)
+    _prompt: Prompt | None = field(default=None, init=False, repr=False)
 
     @property
     def purpose(self) -> Literal["decision", "repair"]:
         return "decision" if self.repair_error is None else "repair"
 
-    def messages(self) -> list[dict[str, str]]:
-        from .prompting import build_messages
+    def prompt(self) -> Prompt:
+        """What the model is asked this step, built once: the runtime keeps this call's turn in the
+        conversation after the policy has sent it, so both must read the same state."""
+        if self._prompt is None:
+            from .prompting import build_prompt
 
-        return build_messages(self.state, self.branch, self.tools, self.repair_error, turn=self.turn())
+            self._prompt = build_prompt(self.state, self.branch, self.tools, self.repair_error)
+        return self._prompt
+
+    def messages(self) -> list[dict[str, str]]:
+        """The prompt as an in-process model's chat messages (``rendering.render_continuation``)."""
+        from .rendering import render_continuation
+
+        return render_continuation(self.prompt())
 
     def turn(self) -> str:
-        """This call's own user turn (what ``messages()`` adds after the run's earlier turns), built
-        once: the runtime keeps it in the conversation after the policy has sent it."""
-        if self._turn is None:
-            from .prompting import turn_text
+        """This call's own user turn: what ``messages()`` adds after the run's earlier turns."""
+        from .rendering import continuation_turn
 
-            self._turn = turn_text(self.state, self.branch, self.tools, self.repair_error)
-        return self._turn
+        return continuation_turn(self.prompt())
+
+    def conversation(self, arguments: dict[str, dict[str, Any]], names: dict[str, str]) -> Conversation:
+        """The prompt as a served model's conversation (``rendering.render_conversation``)."""
+        from .rendering import render_conversation
+
+        return render_conversation(self.prompt(), arguments, names)
 
     def code_turn_field(self, code_turns: bool) -> str | None:
         """The branch's code argument when a policy with ``code_turns`` asks for it in a turn of its own."""
         field = self.branch.code_field
-        return field if code_turns and _has_property(self.branch.value_schema(self.tools), field) else None
+        return field if code_turns and _has_property(self.prompt().value_schema, field) else None
 
     def continuation(self, code_blocks: bool = False, code_turns: bool = False) -> "ModelRequest":
         """The request as a prefix continuation: messages, the branch's prefix, its value schema.
@@ -136,14 +154,14 @@ class DecisionRequest:
         greedy = self.purpose == "repair"  # a repair should be the model's likeliest fix
         temperature = 0.0 if greedy else self.sampling.temperature
         top_p, top_k = self.sampling.top_p, self.sampling.top_k
-        if getattr(self.branch, "explore", False) and not greedy:
+        if self.branch.explore and not greedy:
             # the likeliest answer failed already: a wider draw (top-p 0.8 alone kept the 1.5B's
             # failed body token for token at temperature 0.7)
             temperature, top_p, top_k = max(temperature, EXPLORE_TEMPERATURE), max(top_p, 0.95), max(top_k, 50)
-        schema = self.branch.value_schema(self.tools)
+        schema = self.prompt().value_schema
         code = self.branch.code_field if code_blocks and _has_property(schema, self.branch.code_field) else None
         messages = self.messages()
-        drafts = self.branch.drafts
+        drafts = self.prompt().drafts
         if code is not None and code_turns:
             messages[-1] = {**messages[-1], "content": messages[-1]["content"] + "\n" + CODE_TURN_INSTRUCTION.format(
                 field=code)}
@@ -170,10 +188,10 @@ class DecisionRequest:
         from .prompting import code_messages
 
         field = self.branch.code_field
-        schema = (self.branch.value_schema(self.tools).get("properties") or {}).get(field) or {"type": "string"}
+        schema = (self.prompt().value_schema.get("properties") or {}).get(field) or {"type": "string"}
         return replace(arguments, messages=code_messages(self.state, self.branch, self.tools, arguments_text),
                        prefix=CODE_FENCE.lstrip("\n"), value_schema=schema, suffix="", code_field=field,
-                       code_only=True, aside=True, drafts=tuple(_unescaped(d) for d in self.branch.drafts),
+                       code_only=True, aside=True, drafts=tuple(_unescaped(d) for d in self.prompt().drafts),
                        purpose="decision")
 
 

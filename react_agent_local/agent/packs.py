@@ -5,19 +5,33 @@ The package root is the default pack. The runtime reads ``task.json`` and hands 
 to the tools; the skills folders ``task.json`` names are read when the pack is loaded (``skills.py``);
 ``expected.json`` is read only by ``metrics.py`` after the run (never by a prompt or a tool). Other
 packs live under ``packs/<name>/`` and are found by name.
+
+A pack belongs to a task family (``TaskSpec.family``; ``agent/families/``): ``TaskPack.guide`` is
+how its Final is written and checked, the family's default guide for the latest Observations with
+every answer field ``task.json`` sets in its place. The family registry is found by name
+(``FAMILY_REGISTRY``), not imported: the loop, the claim gate and the prompts import this module,
+and they must never import a family (pyproject.toml's import contracts).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from .contracts import TaskSpec
+from .contracts import AnswerGuide, Observation, TaskSpec
 
+#: The package whose ``__init__`` is the registry of task families (``DEFAULT_FAMILY``, ``FAMILIES``,
+#: ``answer_guide``, ``expected_checks``).
+FAMILY_REGISTRY = "agent.families"
+
+
+def _families() -> Any:
+    return importlib.import_module(FAMILY_REGISTRY)
 
 
 def _package_root() -> Path:
@@ -58,6 +72,21 @@ class TaskPack:
     skills: tuple[Any, ...] = ()
 
     @property
+    def family(self) -> str | None:
+        """The task family of this pack: the one ``task.json`` names (an explicit null: none), else
+        the registry's default family."""
+        if "family" in self.task.model_fields_set:
+            return self.task.family
+        return _families().DEFAULT_FAMILY
+
+    def guide(self, latest_ok: Mapping[str, Observation], language: str) -> AnswerGuide | None:
+        """How the Final is written and checked, given the latest successful Observations by tool:
+        the family's default guide with the pack's declarations in its place (``TaskSpec.guide_over``)."""
+        family = self.family
+        offered = _families().answer_guide(family, latest_ok, language) if family else None
+        return self.task.guide_over(AnswerGuide.model_validate(offered) if offered else None)
+
+    @property
     def knowledge_dir(self) -> Path:
         return self.root / "knowledge"
 
@@ -66,10 +95,10 @@ class TaskPack:
         return self.root / "data" / "expected.json"
 
     def load_expected(self) -> dict[str, Any]:
-        """Ground truth for metrics only (R-MET): never pass this to a prompt or a tool.
+        """Ground truth for metrics only: never pass this to a prompt or a tool.
 
-        The grading ``checks`` are generic (see ``metrics.py``); an ``expected.json`` in the first
-        round's record format is translated by the knowledge tool, whose data it describes.
+        The grading ``checks`` are generic (see ``metrics.py``); an ``expected.json`` without them is
+        in the first round's record format, which the family registry translates.
         """
         try:
             expected = json.loads(self.expected_path.read_text(encoding="utf-8"))
@@ -78,9 +107,7 @@ class TaskPack:
         if not isinstance(expected, dict):
             raise PackError(f"pack '{self.name}': data/expected.json must be an object")
         if "checks" not in expected:
-            from .tools.knowledge import legacy_expected_checks
-
-            expected = {**expected, "checks": legacy_expected_checks(expected)}
+            expected = {**expected, "checks": _families().expected_checks(expected)}
         return expected
 
     @classmethod
@@ -94,6 +121,9 @@ class TaskPack:
             raise PackError(f"pack '{name}': task.json not found") from None
         except ValueError as exc:
             raise PackError(f"pack '{name}': task.json is invalid: {exc}") from None
+        if task.family is not None and task.family not in _families().FAMILIES:
+            known = ", ".join(_families().FAMILIES)
+            raise PackError(f"pack '{name}': task.json names an unknown family '{task.family}'; known: {known}")
         workspace = task.workspace
         if workspace is None and not (root / "knowledge").is_dir():
             raise PackError(f"pack '{name}': knowledge/ folder not found")

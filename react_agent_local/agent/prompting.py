@@ -1,17 +1,15 @@
-"""The model-visible state (R-RT-9) and the state-specific branch with its prefix (R-DEC-3).
+"""What the model is asked each step, as one typed value: the ``Prompt`` (and the state and branch it
+is built from, with the value schemas a Decision's grammar follows).
 
 Everything about a tool -- its name, description, argument schema, hint and how its results read --
 comes from the run's ``ToolRegistry``; everything about the task -- the goal, its hints, its answer
 form and checks -- from the pack (or, where the pack declares no answer form, from the tool whose
-result the Final is about). This module only lays them out.
-
-The conversation is only appended to, so each call shares the whole previous prompt in the model's
-KV cache and evaluates only what is new (issue 14): a fixed system message (the rules and every
-tool with its argument schema), then one user turn per model call -- the task in the first, after
-that the Observations and feedback that are new since the previous call, the remaining budget and
-this step's instruction -- each followed by the model's own Decision as the assistant turn. Where
-that history grows past ``HISTORY_CHARS`` the prompt falls back to one compact user turn (the task,
-the latest 10 Observations, the latest 4 feedback lines, the budget and the instruction).
+result the Final is about). The runtime assembles a ``PromptState`` and a ``Branch``; ``build_prompt``
+turns them into the ``Prompt``, which says every fact the model is told this step once: the goal,
+the Observations (and how many earlier turns showed), the feedback, the budget left, what is asked
+(an action for one tool, a final, or a free choice), the value schema, the drafts and a repair's
+error. ``rendering.py`` lays one ``Prompt`` out twice: as the continuation of an in-process model
+and as the conversation of a served chat model; which fact goes where is its ``SECTIONS`` table.
 
 Ground truth (``data/expected.json``) never reaches this module.
 """
@@ -22,7 +20,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from .contracts import AnswerGuide, Observation
 from .packs import PACKAGE_ROOT
@@ -211,9 +209,14 @@ def full_decision_schema(branch: Branch, registry: ToolRegistry) -> dict[str, An
 def system_message(registry: ToolRegistry) -> str:
     """The rules and every tool with its argument schema: the same for every step of a run (and every
     run with the same tools), so it is evaluated once and then read from the KV cache."""
+    return system_text(tool_cards(registry))
+
+
+def system_text(tools: tuple[ToolCard, ...]) -> str:
+    """``system_message`` of tools as a ``Prompt`` holds them."""
     tool_list = "\n".join(
         f"- {tool.name}: {tool.description}\n  arguments: "
-        + json.dumps(tool.compact_schema(), separators=(",", ":"), ensure_ascii=False) for tool in registry)
+        + json.dumps(tool.schema, separators=(",", ":"), ensure_ascii=False) for tool in tools)
     return prompt_text("system").format(tool_list=tool_list)
 
 
@@ -237,7 +240,7 @@ def observation_line(obs: Observation, registry: ToolRegistry) -> str:
 
 @dataclass
 class PromptState:
-    """What the model sees this step (R-RT-9), assembled by the runtime."""
+    """What the runtime tells the model this step, as it keeps it (``build_prompt`` makes the ``Prompt``)."""
 
     goal: str
     observations: list[Observation]
@@ -253,46 +256,9 @@ class PromptState:
     shown_feedback: int = 0
 
 
-def build_messages(state: PromptState, branch: Branch, registry: ToolRegistry,
-                   repair_error: str | None = None, turn: str | None = None) -> list[dict[str, str]]:
-    """The system message, the run's earlier turns with the model's Decisions, and this step's turn
-    (``turn``: its text, when the caller has it already)."""
-    system = {"role": "system", "content": system_message(registry)}
-    if sum(len(user) + len(model) for user, model in state.history) > HISTORY_CHARS:
-        return [system, {"role": "user", "content": compact_turn(state, branch, registry, repair_error)}]
-    messages = [system]
-    for user, model in state.history:
-        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": model}]
-    messages.append({"role": "user", "content": turn if turn is not None
-                     else turn_text(state, branch, registry, repair_error)})
-    return messages
-
-
 def model_turn(text: str) -> str:
     """The model's Decision text as its history keeps it: cut where it is runaway-long."""
     return text if len(text) <= MODEL_TURN_CHARS else text[:MODEL_TURN_CHARS] + " [cut by the runtime]"
-
-
-def turn_text(state: PromptState, branch: Branch, registry: ToolRegistry, repair_error: str | None = None) -> str:
-    """This call's user turn: only what the earlier turns did not show, then the budget and the instruction."""
-    parts = [f"TASK: {state.goal}", ""] if not state.history else []
-    new = state.observations[state.shown_observations:]
-    if new:
-        parts += ["NEW OBSERVATIONS (written by the runtime):", *(observation_line(o, registry) for o in new), ""]
-    elif not state.history:
-        parts += ["OBSERVATIONS: (none yet)", ""]
-    parts += feedback_block(state.feedback[state.shown_feedback:])
-    return _closing(parts, state, branch, registry, repair_error)
-
-
-def compact_turn(state: PromptState, branch: Branch, registry: ToolRegistry, repair_error: str | None = None) -> str:
-    """Everything in one user turn, for a history too long to keep: the latest Observations and feedback."""
-    visible = state.observations[-VISIBLE_OBSERVATIONS:]
-    parts = [f"TASK: {state.goal}", "", "OBSERVATIONS (oldest first, written by the runtime):"]
-    parts += [observation_line(o, registry) for o in visible] or ["(none yet)"]
-    parts.append("")
-    parts += feedback_block(state.feedback)
-    return _closing(parts, state, branch, registry, repair_error)
 
 
 def code_messages(state: PromptState, branch: Branch, registry: ToolRegistry, arguments_text: str = "") -> list[dict[str, str]]:
@@ -316,65 +282,138 @@ def code_messages(state: PromptState, branch: Branch, registry: ToolRegistry, ar
     return [{"role": "user", "content": "\n".join(parts)}]
 
 
-def feedback_block(lines: list[str]) -> list[str]:
-    """The latest ``VISIBLE_FEEDBACK`` feedback lines under their heading (none: nothing)."""
-    return ["RUNTIME FEEDBACK:", *(f"- {line}" for line in lines[-VISIBLE_FEEDBACK:]), ""] if lines else []
-
-
-def _closing(parts: list[str], state: PromptState, branch: Branch, registry: ToolRegistry,
-             repair_error: str | None) -> str:
-    parts.append(budget_line(state.budget_left))
-    parts.append("")
-    parts.append(branch_instruction(branch, registry, state))
-    if repair_error is not None:
-        schema = json.dumps(full_decision_schema(branch, registry), separators=(",", ":"), ensure_ascii=False)
-        parts += ["", prompt_text("repair").format(error=repair_error, schema=schema)]
-    return "\n".join(parts)
-
+# --------------------------------------------------------------------------------------------
+# The prompt: what the model is asked this step, one value for both renderings
+# --------------------------------------------------------------------------------------------
 
 #: the budgets a Decision can act on; token budgets are the runtime's to enforce and cost a small
 #: model ~20 prompt tokens a step to read
 MODEL_VISIBLE_BUDGETS = ("steps", "tool_calls", "seconds")
-
-
-def budget_line(budget_left: dict[str, Any]) -> str:
-    return "BUDGET LEFT: " + ", ".join(f"{k} {v}" for k, v in budget_left.items() if k in MODEL_VISIBLE_BUDGETS)
-
-
 COMPARISON_RULE = ('"X >= Y is True" only when X is greater than or equal to Y; '
                    '"X >= Y is False" when X is smaller than Y.')
 
 
-def branch_instruction(branch: Branch, registry: ToolRegistry, state: PromptState) -> str:
+@dataclass(frozen=True)
+class ToolCard:
+    """A tool as the model is told of it."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]  # its compact argument schema
+
+
+@dataclass(frozen=True)
+class Observed:
+    """An Observation as the model sees it: its one line, and what a conversation pairs it with."""
+
+    id: str
+    tool: str
+    ok: bool
+    line: str  # ``observation_line``
+    attempted_arguments: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ActionAsk:
+    """The arguments of one tool."""
+
+    tool: ToolCard
+    hint: str  # the task's hint for the tool, else the tool's own
+    target: str | None  # the subgoal item still missing (a failing expectation's re-ask says what)
+    kind: Literal["action"] = "action"
+
+
+@dataclass(frozen=True)
+class FinalAsk:
+    """The final answer, citing the evidence the runtime chose."""
+
+    evidence_ids: tuple[str, ...]
+    answer_form: str | None  # None: prose in the goal's language
+    #: the comparison rule, unless the runtime states the checks' outcomes itself (then the model
+    #: copies "64 >= 70 is False" and the rule only costs tokens); the same for a served model
+    rules: tuple[str, ...]
+    check_lines: tuple[str, ...]  # ``guide_check_lines``
+    hints: tuple[str, ...]  # the pack's hints for the final answer
+    kind: Literal["final"] = "final"
+
+
+@dataclass(frozen=True)
+class FreeAsk:
+    """The model's choice: an action for the first fact still missing, or the final answer."""
+
+    answer_form: str | None
+    target: str | None  # the first declared subgoal item still missing, and its tool
+    tool: str | None
+    check_lines: tuple[str, ...]
+    hints: tuple[str, ...]
+    kind: Literal["free"] = "free"
+
+
+Ask = ActionAsk | FinalAsk | FreeAsk
+
+
+@dataclass(frozen=True)
+class Repair:
+    """The previous output was rejected: why, and the complete Decision the branch asks for."""
+
+    error: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Everything the model is asked this step; ``rendering.SECTIONS`` says where each field goes."""
+
+    goal: str
+    tools: tuple[ToolCard, ...]
+    observations: tuple[Observed, ...]  # all of the run's, oldest first
+    shown_observations: int  # how many of them the earlier turns showed
+    feedback: tuple[str, ...]  # all of the run's, oldest first
+    shown_feedback: int
+    budget_left: tuple[tuple[str, Any], ...]  # the model-visible budgets
+    history: tuple[tuple[str, str], ...]  # the earlier calls: (the user turn, the model's Decision text)
+    compact: bool  # the history passed ``HISTORY_CHARS``: a continuation is one compact turn again
+    ask: Ask
+    value_schema: dict[str, Any]  # the value after the branch's prefix (``Branch.value_schema``)
+    drafts: tuple[str, ...]  # text the arguments will likely copy (``Branch.drafts``)
+    repair: Repair | None
+
+
+def build_prompt(state: PromptState, branch: Branch, registry: ToolRegistry,
+                 repair_error: str | None = None) -> Prompt:
+    """The one ``Prompt`` of this step, from the runtime's state, the branch and the run's tools."""
     if branch.kind == "action":
         tool = registry.get(branch.tool)
-        hint = state.tool_hints.get(tool.name, tool.hint)
-        if branch.target:
-            hint = f"Still missing: {branch.target}. " + hint
-        return prompt_text("action").format(tool=tool.name, tool_hint=hint)
-    hints = "\n".join([*state.check_lines, *state.final_hints])
-    if branch.kind == "final":
-        form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
-                if branch.answer_form else "as plain sentences (not JSON inside the string), in the language of the task.")
-        # Checks the runtime worked out state their outcomes; without them the model compares itself.
-        rule = [] if state.check_lines else [COMPARISON_RULE]
-        return prompt_text("final").format(answer_form=form, hints="\n".join([*rule, hints])).strip()
-    form = f' in exactly this form: "{branch.answer_form}"' if branch.answer_form else ""
-    return (
-        "NEXT DECISION: choose. Either an action "
-        '{"type": "action", "tool": NAME, "arguments": {...}} for the first fact still missing, or, when '
-        "every fact the task needs has a successful Observation, a final "
-        f'{{"type": "final", "evidence_ids": [IDS], "answer": TEXT}}{form}.'
-        + (f"\nStill missing: {branch.target} ({branch.tool})." if branch.target else "")
-        + (f"\n{hints}" if hints else "")
-    )
+        ask: Ask = ActionAsk(ToolCard(tool.name, tool.description, tool.compact_schema()),
+                             state.tool_hints.get(tool.name, tool.hint), branch.target)
+    elif branch.kind == "final":
+        ask = FinalAsk(branch.evidence_ids, branch.answer_form, () if state.check_lines else (COMPARISON_RULE,),
+                       tuple(state.check_lines), tuple(state.final_hints))
+    else:
+        ask = FreeAsk(branch.answer_form, branch.target, branch.tool, tuple(state.check_lines),
+                      tuple(state.final_hints))
+    return Prompt(
+        goal=state.goal, tools=tool_cards(registry),
+        observations=tuple(Observed(o.id, o.tool, o.ok, observation_line(o, registry), o.attempted_arguments)
+                           for o in state.observations),
+        shown_observations=state.shown_observations,
+        feedback=tuple(state.feedback), shown_feedback=state.shown_feedback,
+        budget_left=tuple((k, v) for k, v in state.budget_left.items() if k in MODEL_VISIBLE_BUDGETS),
+        history=tuple(state.history),
+        compact=sum(len(user) + len(model) for user, model in state.history) > HISTORY_CHARS,
+        ask=ask, value_schema=branch.value_schema(registry), drafts=branch.drafts,
+        repair=None if repair_error is None else Repair(repair_error, full_decision_schema(branch, registry)))
+
+
+def tool_cards(registry: ToolRegistry) -> tuple[ToolCard, ...]:
+    return tuple(ToolCard(tool.name, tool.description, tool.compact_schema()) for tool in registry)
 
 
 def guide_check_lines(guide: AnswerGuide | None,
                       resolved: list[tuple[str, float | None, str, float | None, bool | None]]) -> list[str]:
     """The checks the answer must state, with the values the evidence gives for each side and the
     comparison worked out by the runtime (as the calculator works out a sum): a small model copies
-    "64 >= 70 is False" far more reliably than it compares two numbers itself (issue 10)."""
+    "64 >= 70 is False" far more reliably than it compares two numbers itself."""
     if guide is None or not guide.checks:
         return []
     lines = []

@@ -12,7 +12,7 @@ MODE --approval-seconds N``); a request can only narrow those choices:
   (``workspace_not_configured``), and while one run uses that folder a second is refused
   (``workspace_busy``). No request field names a folder: ``RunRequest`` forbids unknown fields, so
   ``workspace``, ``cwd``, ``root`` ... are a 422.
-- **Which tools.** The pack's, narrowed by the request (``server._check_narrowed_tools``), never more.
+- **Which tools.** The pack's, narrowed by the request (``routes.context.check_narrowed_tools``), never more.
 - **Which approval policy.** The operator's ``--approval`` (default ``ask_on_risk``); a request's
   ``approval`` may only be one under which nothing runs without the operator's yes that would not
   under the operator's (``STRICTER``). ``--unsandboxed`` does not exist on the runner: every

@@ -2,7 +2,7 @@
 package's tool registry).
 
 The committed files are derived, never hand-edited: ``python -m agent schemas --write`` rewrites
-them and a test fails if they drift from the code (R-DEC-2).
+them and a test fails if they drift from the code.
 """
 
 from __future__ import annotations

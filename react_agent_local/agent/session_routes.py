@@ -46,9 +46,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .contracts import ModelSpec, RunRequest, RunResult, ToolErrorInfo, _legacy_model
-from .job_store import ARTIFACT_ID, MAX_ARTIFACT_BYTES, RUN_ID, JobNotFound, JobStore, QueueFull, RunFunction, _Folder
+from .job_store import JobNotFound, JobStore, QueueFull, RunFunction
+from .jobs.run_folder import ARTIFACT_ID, MAX_ARTIFACT_BYTES, RUN_ID, NoFollowFolder
 from .packs import PackError, load_pack
-from .server import ApiError
+from .routes.errors import ApiError
 from .sessions.store import OBSERVATION_EVENTS, Session, SessionError, SessionNotFound, SessionStore
 from .sessions.turns import MAX_MESSAGE_CHARS, UNRECORDED_EVENTS
 from .tools import ToolRegistry
@@ -330,7 +331,8 @@ def _import_run(session: Session, run: dict[str, Any]) -> None:
 
 class _ArtifactCopy:
     """Copies a turn's PNG from the session's artifacts into the job's, both opened without following
-    a link below the runs folder (``job_store._Folder``), so ``GET /agent/runs/{id}/artifacts/..`` finds it."""
+    a link below the runs folder (``jobs.run_folder.NoFollowFolder``), so ``GET /agent/runs/{id}/artifacts/..``
+    finds it."""
 
     def __init__(self, runs_dir: Path, source: Path, target: Path):
         self.runs_dir = Path(runs_dir)
@@ -346,9 +348,9 @@ class _ArtifactCopy:
             return
         name = f"{artifact['id']}.png"
         try:
-            with _Folder(self.runs_dir, *self.source) as source:
+            with NoFollowFolder(self.runs_dir, *self.source) as source:
                 data = source.read(name, MAX_ARTIFACT_BYTES)
-            with _Folder(self.runs_dir, *self.target) as target:
+            with NoFollowFolder(self.runs_dir, *self.target) as target:
                 target.write_atomic(name, data)
         except OSError:  # the run goes on; its artifact route answers 404 for this one
             log.warning("cannot copy artifact %s of a session turn", artifact["id"])

@@ -1,6 +1,6 @@
-"""Server-Sent Events of a run's trace (R-STREAM): the frames, the cap on open streams, the timeouts.
+"""Server-Sent Events of a run's trace: the frames, the cap on open streams, the timeouts.
 
-``GET /agent/runs/{id}/events`` (registered in server.py, behind the same browser boundary as every
+``GET /agent/runs/{id}/events`` (``agent/routes/runs.py``, behind the same browser boundary as every
 route) answers ``text/event-stream``, framed by sse-starlette:
 
 - each stored trace event is one SSE event: ``id: <seq>``, ``data: <the event's stored JSON>`` (the

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces of runs (R-OTEL), built from the trace events the runtime already emits.
+"""OpenTelemetry traces of runs, built from the trace events the runtime already emits.
 
 Off by default. ``from_environment`` turns it on when the operator sets the standard
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``): spans go to that OTLP
@@ -19,7 +19,7 @@ listed by opentelemetry-semantic-conventions 0.66b2 (schema 1.44.0) in
 to the semantic-conventions-genai repository. They are spelled here rather than imported from that
 incubating module (tests compare the two). Our own facts use the ``react_agent.`` prefix.
 
-Privacy (SECURITY.md 21, 23): a span holds identifiers, numbers and booleans only, taken from an
+Privacy: a span holds identifiers, numbers and booleans only, taken from an
 allowlist of event fields: no model text, prompt, tool arguments or results, error messages or
 paths. Every string attribute must look like an identifier (no ``/`` or ``\\``, at most 128
 characters) or it is replaced by ``other``.

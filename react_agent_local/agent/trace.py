@@ -1,4 +1,4 @@
-"""The execution trace (R-TR): numbered events, a size cap, and the privacy rules.
+"""The execution trace: numbered events, a size cap, and the privacy rules.
 
 Every event has ``seq`` (monotonic from 1), ``type``, ``step``, ``attempt``, ``phase`` and
 ``elapsed_ms`` plus its payload. Payloads pass through ``redact`` before they are stored: the
@@ -27,7 +27,7 @@ from .secrets import scrub
 MAX_EVENTS = 800
 HIDDEN_REASONING_KEYS = frozenset({"thought", "thoughts", "reasoning", "analysis", "chain_of_thought"})
 
-# Paths are recognised by their structure, in any script (R-TR privacy rule):
+# Paths are recognised by their structure, in any script:
 # - POSIX: "/" + a name + "/" ... ("/2024/models/q.gguf", "/用户/模型/q.gguf"), not preceded by a word
 #   character, ")", "]", "}" or "." -- so divisions such as "(72+78)/4", "((a)/4)/78" and "1/2" are
 #   never paths -- and holding at least one letter, so "/4/2" stays arithmetic;

@@ -7,7 +7,8 @@ the successful Observations a Final cites, each a tool's result as that tool ret
 kinds of false claim (``claims.ProblemKind``) and, for a number nothing grounds, how it is written.
 
 The decisions follow from the evidence and the wording by the rules in ``claims.py``'s docstring;
-where no guide is declared, the guide is the one the cited tool offers, as the runtime builds it.
+where no guide is declared, the guide is the one the default family offers, as ``TaskPack.guide`` builds it
+for a pack that declares nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 
 from agent.claims import claim_problems, resolve_checks
 from agent.contracts import AnswerGuide, Observation
-from agent.tools import default_registry
+from agent.families import DEFAULT_FAMILY, answer_guide
 from agent.packs import goal_language
 
 CORPUS = Path(__file__).parent / "claims_corpus.jsonl"
@@ -48,14 +49,9 @@ def _judge(item: dict[str, Any]):
                     for i, o in enumerate(evidence["observations"], start=1)]
     latest = {o.tool: o for o in observations}
     guide = AnswerGuide.model_validate(evidence["guide"]) if evidence.get("guide") else None
-    if guide is None:  # the guide the cited tool offers, as runtime.Run._guide finds it
-        tools = default_registry()
-        for tool in tools:
-            if tool.answer_guide is not None and tool.name in latest:
-                offered = tool.answer_guide(latest[tool.name].result or {}, goal_language(evidence["goal"]))
-                if offered:
-                    guide = AnswerGuide.model_validate(offered)
-                    break
+    if guide is None:  # the default family's guide, as packs.TaskPack.guide finds it
+        offered = answer_guide(DEFAULT_FAMILY, latest, goal_language(evidence["goal"]))
+        guide = AnswerGuide.model_validate(offered) if offered else None
     checks = resolve_checks(guide.checks, latest) if guide else []
     return claim_problems(item["answer"], observations, evidence["goal"], guide, checks)
 

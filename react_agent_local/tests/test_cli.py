@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-import agent.cli as cli
+import agent.model_choice as model_choice
 from agent.cli import main
 
 
 def test_no_model_anywhere_runs_nothing(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(cli, "MODEL_CACHE", tmp_path)  # an empty model cache
+    monkeypatch.setattr(model_choice, "MODEL_CACHE", tmp_path)  # an empty model cache
     assert main(["run", "--runs-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert "no local model found" in err and "download_model.py" in err and "Nothing was run" in err

@@ -15,8 +15,8 @@ import pytest
 from agent.backends.scripted import ScriptedPolicy
 from agent.cli import main
 from agent.contracts import Budgets, FinalDecision, Observation, RunResult, Sampling
-from agent.tools.record_packs import CASES, OPTIONS, draw_specs, fmt, generate_packs
-from agent.tools.record_grading import grade_run, verdict_case
+from agent.families.release_rule.generator import CASES, OPTIONS, draw_specs, fmt, generate_packs
+from agent.families.release_rule.grading import grade_expected, verdict_case
 from agent.evaluation.report import (
     build_report,
     quantile,
@@ -140,7 +140,7 @@ def test_a_pack_of_another_family_has_no_independent_grade(tmp_path):
     nothing (None), which the report shows as N/A, never as a failure or a disagreement."""
     outcome, _ = run_scripted(ratio_outputs(), tmp_path, pack=load_pack("population_ratio"))
     assert outcome.result.metrics.task_success is True
-    assert grade_run(load_pack("population_ratio").load_expected(), outcome.result) is None
+    assert grade_expected(load_pack("population_ratio").load_expected(), outcome.result) is None
     settings = {"packs": "population_ratio", "pack_count": 1, "runs": 2, "seed": 0, "temperature": 0.7,
                 "top_p": 0.8, "top_k": 20, "max_seconds": 300, "mode": None}
     report = build_report([_run("ratio", 0, True, independent=None), _run("ratio", 1, False, independent=None)],
@@ -210,11 +210,11 @@ def _result(answer: str, value: float = 79) -> RunResult:
     ("The average is 316 and the lowest is 72; it does not meet the rule.", 316, ["calculator_value", "answer_lacks_average"]),
 ])
 def test_independent_grader_checks_numbers_claims_and_verdict(answer, value, failures):
-    assert grade_run(EXPECTED, _result(answer, value)) == failures
+    assert grade_expected(EXPECTED, _result(answer, value)) == failures
 
 
 def test_independent_grader_reports_a_stopped_run():
-    assert grade_run(EXPECTED, RunResult(status="stopped", stop_reason="max_steps")) == ["stopped:max_steps"]
+    assert grade_expected(EXPECTED, RunResult(status="stopped", stop_reason="max_steps")) == ["stopped:max_steps"]
 
 
 # -- the eval loop end to end with the scripted policy ---------------------------------------------------

@@ -16,7 +16,7 @@ from agent.operands import ungrounded_operands
 from agent.packs import TaskPack, load_pack
 from agent.runtime import run_agent
 from agent.tools.knowledge import search_knowledge
-from agent.tools.record_packs import generate_packs
+from agent.families.release_rule.generator import generate_packs
 from runtime_helpers import chain_outputs, events_of, run_scripted
 from test_eval import computed_policy
 from test_general_core import ratio_outputs

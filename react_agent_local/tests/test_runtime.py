@@ -236,7 +236,8 @@ def flaky_registry(failures: int, code="knowledge_read_failed", retryable=True, 
             raise ToolError(code, "transient read failure (test)", retryable=retryable)
         return real.execute(ctx, args, cancel)
 
-    registry.tools["knowledge_search"] = replace(real, execute=run, timeout_seconds=timeout or real.timeout_seconds)
+    registry.tools["knowledge_search"] = replace(real, execute=run, timeout_seconds=timeout or real.timeout_seconds,
+                                              import_path=None)  # a closure: it runs in a thread
     return registry, calls
 
 
@@ -261,7 +262,7 @@ def test_tool_timeout_is_retried(tmp_path):
             time.sleep(0.5)
         return real.execute(ctx, args, cancel)
 
-    registry.tools["knowledge_search"] = replace(real, execute=slow_once, timeout_seconds=0.2)
+    registry.tools["knowledge_search"] = replace(real, execute=slow_once, timeout_seconds=0.2, import_path=None)
     outcome, _ = run_scripted(chain(), tmp_path, tools=registry)
     retry = events_of(outcome, "tool.retry")[0]
     assert retry["error"]["code"] == "tool_timeout" and retry["error"]["retryable"] is True
@@ -755,9 +756,9 @@ def test_trace_redaction_keeps_arithmetic_and_removes_paths(tmp_path):
 def test_a_long_model_call_shows_progress_counts_never_text(tmp_path, monkeypatch):
     """While a model writes, the trace gets ``model.progress`` events (characters so far), at most one
     per PROGRESS_SECONDS, and none of them holds the text itself."""
-    from agent import runtime
+    from agent import model_call
 
-    monkeypatch.setattr(runtime, "PROGRESS_SECONDS", 0.2)
+    monkeypatch.setattr(model_call, "PROGRESS_SECONDS", 0.2)
     outputs = chain_outputs(load_pack(None))
     outcome, _ = run_scripted([Slow(outputs[0], 1.2), *outputs[1:]], tmp_path)
     assert outcome.result.status == "completed"

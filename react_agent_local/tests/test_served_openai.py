@@ -88,9 +88,9 @@ def test_guided_run_completes_through_native_tool_calls(tmp_path):
 
 
 def test_streamed_tool_arguments_show_as_progress_counts_not_text(tmp_path, monkeypatch):
-    from agent import runtime
+    from agent import model_call
 
-    monkeypatch.setattr(runtime, "PROGRESS_SECONDS", 0.0)  # every delta becomes an event
+    monkeypatch.setattr(model_call, "PROGRESS_SECONDS", 0.0)  # every delta becomes an event
     outcome = run(openai_policy(FakeServer(chain_server("openai"))), tmp_path)
     assert outcome.result.status == "completed"
     progress = [e for e in outcome.events if e["type"] == "model.progress"]

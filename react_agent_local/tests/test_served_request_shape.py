@@ -23,7 +23,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
 from agent.backends import anthropic_client, openai_compatible
-from agent.backends.served import build_conversation, wire_names
+from agent.backends.served import wire_names
 from agent.contracts import (
     AnthropicSpec,
     Observation,
@@ -156,8 +156,8 @@ OPENAI_SPECS = [OpenAICompatibleSpec(kind="openai_compatible", base_url="http://
 
 
 def openai_body(spec: OpenAICompatibleSpec, request: DecisionRequest) -> dict[str, Any]:
-    conversation = build_conversation(request, {"obs-knowledge_search-1": {"query": "batches"}},
-                                      wire_names(request.tools.names))
+    conversation = request.conversation({"obs-knowledge_search-1": {"query": "batches"}},
+                                        wire_names(request.tools.names))
     return openai_compatible.request_body(spec, request, conversation)
 
 
@@ -189,7 +189,7 @@ def test_anthropic_requests_match_the_sdk_types(case):
     from anthropic.types.message_create_params import MessageCreateParamsStreaming
 
     request = case[1]
-    conversation = build_conversation(request, {}, wire_names(request.tools.names))
+    conversation = request.conversation({}, wire_names(request.tools.names))
     body = anthropic_client.request_body(AnthropicSpec(kind="anthropic", model="claude-test"), request, conversation)
     adapter = TypeAdapter(MessageCreateParamsStreaming)  # kept alive while its lazy iterators run
     materialize(adapter.validate_python(body))

@@ -109,6 +109,22 @@ def settled(client, session_id: str) -> dict[str, Any]:
         time.sleep(0.02)
 
 
+def open_when_released(store: SessionStore, session_id: str):
+    """The session opened for writing as another process would, once the runner's worker has let go
+    of it: the worker writes turn.finished and then closes the file, so a reader can see the turn
+    settled a moment before the file is free."""
+    from agent.sessions.store import SessionBusy
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return store.open(session_id)
+        except SessionBusy:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def session_count(client) -> int:
     return client.get("/agent/sessions").json()["count"]
 
@@ -319,7 +335,7 @@ def test_get_changes_nothing(client, tmp_path):
     settled(client, session["id"])
     # A turn that is open on disk (its process died): reading it does not mark it, only a new turn does.
     store = SessionStore(tmp_path / "runs" / "sessions")
-    with store.open(session["id"]) as held_session:
+    with open_when_released(store, session["id"]) as held_session:
         held_session.append("turn.started", turn=2, message="a turn whose process died")
     path = tmp_path / "runs" / "sessions" / f"session-{session['id']}.jsonl"
     before, runs = path.read_bytes(), run_count(client)

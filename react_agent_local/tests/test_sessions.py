@@ -89,10 +89,10 @@ def release_step(request: ModelRequest) -> str:
 
 
 def thread_tools(pack) -> ToolRegistry:
-    """The pack's tools as copies, which run in a thread instead of the worker process."""
+    """The pack's tools as copies at no import path, which run in a thread instead of the worker process."""
     registry = ToolRegistry()
     for tool in registry_for(pack.task.tool_names):
-        registry.register(dataclasses.replace(tool))
+        registry.register(dataclasses.replace(tool, import_path=None))
     return registry
 
 

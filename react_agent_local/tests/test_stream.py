@@ -220,7 +220,7 @@ def test_follow_wakes_for_each_event_and_ends_after_run_finished(tmp_path):
         seqs = asyncio.run(asyncio.wait_for(follow(), 20))
         assert seqs == [1, 2, 3, 4]
         assert store.view(run_id)["events"][-1]["type"] == "run.finished"
-        assert not store._jobs[run_id].waiters  # the reader unregistered
+        assert not store._jobs[run_id].log.waiters  # the reader unregistered
     finally:
         store.close()
 
@@ -304,7 +304,7 @@ def test_a_cut_stream_resumes_without_gap_or_repeat(tmp_path):
         assert_complete_trace(received)
         assert received == http.get(f"/agent/runs/{run_id}").json()["events"]
         runner.wait_streams(0)
-        assert not runner.store._jobs[run_id].waiters  # every cut stream unregistered its wake-up
+        assert not runner.store._jobs[run_id].log.waiters  # every cut stream unregistered its wake-up
 
 
 def test_stream_cap_is_a_clear_429_and_slots_come_back(tmp_path):

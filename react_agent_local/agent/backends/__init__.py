@@ -1,17 +1,19 @@
-"""Model backends: find a model safely, inspect it, load one Policy and keep it resident (R-MOD).
+"""Model backends: find a model safely, inspect it, load one Policy and keep it resident.
 
-``load_model(spec)`` returns the Policy of any ``ModelSpec``: served ones (``served.py``) directly,
-local ones through ``load_policy(path, device, dtype, backend)``, the process-wide Policy for that model; a
-second call with the same (resolved path, device, dtype, backend) reuses it and loading another
-model unloads the previous one first (one resident model). ``inspect_model`` reports, without
-loading anything, whether a path holds a usable model and why not. ``unload_all`` frees it.
+``load_model(spec)`` and ``inspect_spec(spec)`` dispatch a spec of any kind to its provider's
+loader and inspector (``agent/providers.py``). The local provider's are here: ``load_policy(path,
+device, dtype, backend)``, the process-wide Policy for that model -- a second call with the same
+(resolved path, device, dtype, backend) reuses it and loading another model unloads the previous
+one first (one resident model) -- and ``inspect_model``, which reports without loading anything
+whether a path holds a usable model and why not. ``unload_all`` frees it. Served providers load
+in their own modules; ``inspect_served`` inspects any of them.
 
 Backend choice (``backend="auto"``): a ``.gguf`` file, or a directory with exactly one ``.gguf``,
 goes to llama.cpp; a directory with ``config.json`` and ``*.safetensors`` goes to transformers.
 
-Paths come from the browser (SECURITY 9-10): ``locate.py`` checks them before anything is opened
+Paths come from the browser: ``locate.py`` checks them before anything is opened
 and ``headers.py`` reads at most headers, within a budget of bytes and work. This module chooses
-the backend, inspects, keeps the resident model and dispatches served specs (``served.py``).
+the backend, inspects, keeps the resident model and dispatches every spec to its provider.
 
 Exceptions: everything that makes a model unusable raises ``ModelUnavailable`` (from
 ``agent.model_policy``) with a public message; ``ContextOverflow`` is a ``ModelUnavailable`` raised
@@ -33,6 +35,7 @@ import threading
 from typing import Any, Literal
 
 from ..model_policy import ModelUnavailable, Policy
+from ..providers import provider
 from .headers import (  # noqa: F401 -- re-exported: the package's surface (tests, backends)
     MAX_GGUF_SECONDS, MAX_GGUF_STRING_ENTRIES, _Corrupt, _read_small_json, check_weights, read_gguf_header,
     read_safetensors_header,
@@ -195,7 +198,7 @@ def _provenance(loc: ModelLocation) -> dict[str, Any] | None:
 
 def inspect_model(model_path: str | os.PathLike[str], device: str = "auto", dtype: str = "auto",
                   backend: str = "auto") -> dict[str, Any]:
-    """A structured, path-free report on whether ``model_path`` can be loaded here (R-MOD-4)."""
+    """A structured, path-free report on whether ``model_path`` can be loaded here."""
     report: dict[str, Any] = {
         "ok": False, "backend": None, "kind": None, "name": None, "path_hash": None, "files": [],
         "config": {}, "tokenizer": {"present": False, "chat_template": False}, "weights": {"readable": False},
@@ -317,33 +320,44 @@ def loaded_models() -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Any ModelSpec: local models above, served ones (backends/served.py) -- no resident cache for those
+# Any ModelSpec, through its provider's entry (agent/providers.py) -- no resident cache for served ones
 # --------------------------------------------------------------------------------------------
 
 
 def load_model(spec: Any, access: Any = None, **options: Any) -> Policy:
-    """The Policy for a ``ModelSpec``: a local spec goes to ``load_policy`` (resident, cached); a
-    served one (``openai_compatible``, ``anthropic``) gets a fresh client checked against
-    ``access`` (a ``served.ServedAccess``; default: loopback only). Raises ``ModelUnavailable``."""
-    if spec.kind == "local":
-        return load_policy(spec.path, spec.device, spec.dtype, spec.backend, **options)
-    if spec.kind == "openai_compatible":
-        from .openai_compatible import load
-    elif spec.kind == "anthropic":
-        from .anthropic_client import load
-    else:
-        raise ModelUnavailable(f"unknown model kind {spec.kind!r}", code="backend_mismatch")
-    return load(spec, access, **options)
+    """The Policy for a spec of any registered provider: a local one is the resident model
+    (``load_policy``, cached); a served one (``openai_compatible``, ``anthropic``) gets a fresh
+    client checked against ``access`` (a ``served.ServedAccess``; default: loopback only). Raises
+    ``ModelUnavailable``, also for a kind nobody registered."""
+    return provider(spec.kind).load(spec, access, **options)
+
+
+def inspect_spec(spec: Any, access: Any = None) -> dict[str, Any]:
+    """Whether the model a spec names can be used here, without loading it (its provider's inspector)."""
+    return provider(spec.kind).inspect(spec, access)
+
+
+def load_local(spec: Any, access: Any = None, **options: Any) -> Policy:
+    """The local provider's loader: a path needs no host allowlist, so ``access`` is not used."""
+    return load_policy(spec.path, spec.device, spec.dtype, spec.backend, **options)
+
+
+def inspect_local(spec: Any, access: Any = None) -> dict[str, Any]:
+    """The local provider's inspector (``inspect_model`` of the spec's path and settings)."""
+    return inspect_model(spec.path, spec.device, spec.dtype, spec.backend)
 
 
 def inspect_served(spec: Any, access: Any = None, *, transport: Any = None) -> dict[str, Any]:
     """Whether a served model can be used from here: the host allowed, the SDK installed, a key
-    where one is pinned, and (OpenAI-compatible) the server answering ``GET /models`` within 5 s
-    and listing the model. Path-free and key-free like ``inspect_model``."""
+    where one is pinned, and (a provider whose server lists its models) the server answering
+    ``GET /models`` within 5 s and listing the model. Path-free and key-free like ``inspect_model``."""
     from .served import ServedAccess, ServedModelError, base_url_of, list_models
 
     kind = spec.kind
-    sdk = {"openai_compatible": "openai", "anthropic": "anthropic"}[kind]
+    served = provider(kind).served
+    if served is None:
+        raise ModelUnavailable(f"a {kind} model is not served", code="backend_mismatch")
+    sdk = served.sdk
     report: dict[str, Any] = {"ok": False, "kind": kind, "backend": kind, "name": spec.model, "host": None,
                               "dependencies": {sdk: _sdk_version(sdk)}, "key_sent": False, "served": {},
                               "problems": []}
@@ -362,7 +376,7 @@ def inspect_served(spec: Any, access: Any = None, *, transport: Any = None) -> d
         problems.append(f"the {sdk} package is not installed (pip install {sdk})")
         report["code"] = "dependency_missing"
         return report
-    if kind == "openai_compatible":
+    if served.lists_models:
         try:
             status, listed = list_models(endpoint, key, transport)
             report["served"] = {"reachable": True, "status": status, "models": listed[:20]}
@@ -386,6 +400,7 @@ def _sdk_version(name: str) -> str | None:
 
 
 __all__ = [
-    "ContextOverflow", "ModelLocation", "check_weights", "choose_backend", "dependency_status",
-    "inspect_model", "inspect_served", "load_model", "load_policy", "loaded_models", "locate_model", "unload_all",
+    "ContextOverflow", "ModelLocation", "check_weights", "choose_backend", "dependency_status", "inspect_local",
+    "inspect_model", "inspect_served", "inspect_spec", "load_local", "load_model", "load_policy", "loaded_models",
+    "locate_model", "unload_all",
 ]

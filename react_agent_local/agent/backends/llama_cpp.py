@@ -1,6 +1,6 @@
 """llama.cpp backend (GGUF): one resident ``Llama``, the GGUF's own chat template, constrained decoding.
 
-Each step the runtime writes the JSON prefix into the assistant turn (R-DEC-3). We render the chat
+Each step the runtime writes the JSON prefix into the assistant turn. We render the chat
 template with ``add_generation_prompt=True``, append ``request.prefix`` and continue with raw
 completion; ``create_chat_completion`` cannot continue after an assistant prefix. When the request
 carries ``value_schema``, decoding is constrained to exactly that value by llguidance (``guidance``):

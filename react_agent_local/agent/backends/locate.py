@@ -1,4 +1,4 @@
-"""Locating a model safely: a path from the browser becomes a checked ``ModelLocation`` (SECURITY 9-10):
+"""Locating a model safely: a path from the browser becomes a checked ``ModelLocation``:
 no NUL, ``~`` expanded, links resolved (a loop refused), only regular files and directories, and no
 message with an absolute path -- only the base name or ``path_hash``."""
 

@@ -1,19 +1,27 @@
-"""The scripted test policy: a queue of canned model outputs that drives the real runtime.
+"""The test policies: canned model outputs (``ScriptedPolicy``) or a function (``FunctionPolicy``)
+drive the real runtime.
 
-It exists for tests only. Its description says ``is_test_policy: True`` and its name is
-``scripted-test-policy``, so a run it drives can never be presented as a real model run.
-An extra call beyond the script raises ``ScriptExhausted``; ``assert_complete`` checks that every
-canned output was used.
+They exist for tests only. Their descriptions say ``is_test_policy: True`` and their names are
+``scripted-test-policy`` and ``function-test-policy``, so a run they drive can never be presented
+as a real model run. ``ScriptedPolicy`` is a ``ContinuationPolicy``: each canned output is the text
+a model writes after the runtime's JSON prefix; an extra call beyond the script raises
+``ScriptExhausted`` and ``assert_complete`` checks that every canned output was used.
+``FunctionPolicy`` answers ``propose`` itself: its function sees the whole ``DecisionRequest`` (the
+branch, the state, the tools) and returns a continuation text, or a Decision as a served model's
+native tool call would (a dict, or an ``ActionDecision``/``FinalDecision``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
-from ..model_policy import ContinuationPolicy, Generation, ModelDescription, ModelRequest
+from pydantic import BaseModel
+
+from ..model_policy import Candidate, ContinuationPolicy, DecisionRequest, Generation, ModelDescription, ModelRequest
 
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -79,3 +87,33 @@ class ScriptedPolicy(ContinuationPolicy):
 
     def assert_complete(self) -> None:
         assert not self.outputs, f"{len(self.outputs)} scripted output(s) were never requested"
+
+
+Answer = Union[str, dict[str, Any], BaseModel]
+
+
+class FunctionPolicy:
+    """A ``Policy`` whose candidate is ``fn(request)``: a str is the continuation after the branch's
+    prefix (as ``ScriptedPolicy``'s outputs), a dict or a Decision model the structured Decision."""
+
+    def __init__(self, fn: Callable[[DecisionRequest], Answer]):
+        self.fn = fn
+        self.requests: list[DecisionRequest] = []
+        self.description = ModelDescription(
+            name="function-test-policy", backend="function", path_hash="-", is_test_policy=True)
+
+    def propose(self, request: DecisionRequest) -> Candidate:
+        self.requests.append(request)
+        started = time.perf_counter()
+        answer = self.fn(request)
+        if isinstance(answer, BaseModel):
+            answer = answer.model_dump()
+        text = answer if isinstance(answer, str) else ""
+        decision = None if isinstance(answer, str) else answer
+        input_tokens = count_tokens("".join(m["content"] for m in request.messages()))
+        return Candidate(text=text, decision=decision, input_tokens=input_tokens,
+                         output_tokens=count_tokens(text if decision is None else json.dumps(decision)),
+                         latency_ms=(time.perf_counter() - started) * 1000)
+
+    def close(self) -> None:
+        pass

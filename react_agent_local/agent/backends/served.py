@@ -5,7 +5,8 @@ A served policy answers ``propose`` by one streamed chat call with *tools*: the 
 plus a ``final_answer`` tool (``answer``, ``evidence_ids``). A guided branch forces its tool (the
 action's tool, or ``final_answer``); free mode lets the model choose (``auto``); parallel calls are
 off. The model's tool call becomes the Candidate's structured ``decision``, which the runtime
-validates like any other. The conversation is rebuilt from the runtime's state every step: the
+validates like any other. The conversation is rebuilt from the runtime's state every step, from
+the same ``Prompt`` an in-process model's continuation is (``rendering.render_conversation``): the
 task, then each visible Observation as a tool call and its result paired by id (``tool_call_id`` /
 ``tool_use_id``; a failed Observation is an error result), then what this step asks for.
 
@@ -44,7 +45,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable
 
 from ..contracts import CallRepair
 from ..model_policy import (
@@ -53,6 +54,7 @@ from ..model_policy import (
     ModelDescription,
     ModelUnavailable,
 )
+from ..providers import provider
 from ..secrets import scrub, scrub_value
 from ..trace import path_hash, redact_text
 from .call_repair import CallFault, Repairs, recover_call, repair_arguments, repair_final
@@ -76,18 +78,19 @@ from .served_errors import (  # noqa: F401 -- re-exported: the buckets are part 
     retry_after_seconds,
 )
 
+# the protocol-neutral conversation (rendering.py lays it out); the names stay importable from here
+from ..rendering import FINAL_TOOL, MAX_TOOL_DESCRIPTION, Conversation, ToolDef, Turn, call_id, final_tool  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 CONNECT_RETRIES = 3
 STREAM_RETRIES = 6
-FINAL_TOOL = "final_answer"
-ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 NO_KEY = "no-key"  # what the SDKs get when no key is sent (they refuse an empty one)
-MAX_TOOL_DESCRIPTION = 1024
 
 
 def base_url_of(spec: Any) -> str:
-    return (getattr(spec, "base_url", None) or ANTHROPIC_BASE_URL).rstrip("/")
+    """The served spec's base URL, or its provider's default (Anthropic's API)."""
+    return (getattr(spec, "base_url", None) or provider(spec.kind).served.default_base_url).rstrip("/")
 
 
 def public_hash(spec: Any) -> str:
@@ -96,35 +99,8 @@ def public_hash(spec: Any) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# The conversation rebuilt from the runtime's state
+# The conversation rebuilt from the runtime's state (laid out by ``rendering.render_conversation``)
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ToolDef:
-    name: str  # the wire name
-    description: str
-    schema: dict[str, Any]
-
-
-@dataclass
-class Turn:
-    """One protocol-neutral turn: user text, the model's tool call, or that call's result."""
-
-    kind: Literal["user", "call", "result"]
-    text: str = ""
-    call_id: str = ""
-    name: str = ""
-    arguments: dict[str, Any] = field(default_factory=dict)
-    is_error: bool = False
-
-
-@dataclass
-class Conversation:
-    system: str
-    turns: list[Turn]
-    tools: list[ToolDef]
-    forced: str | None  # the wire name of the tool this step must call; None: the model chooses
 
 
 def wire_names(names: Iterable[str]) -> dict[str, str]:
@@ -137,80 +113,6 @@ def wire_names(names: Iterable[str]) -> dict[str, str]:
             wire, n = f"{base[:56]}_{n}", n + 1
         out[wire] = name
     return out
-
-
-def call_id(obs_id: str) -> str:
-    return "call_" + re.sub(r"[^A-Za-z0-9_-]", "_", obs_id)
-
-
-def final_tool(branch: Any) -> ToolDef:
-    """``final_answer``: in a guided final branch its answer follows the pack's answer form and it
-    may cite only the evidence the runtime chose; elsewhere the schema is the same every step (a
-    stable tools block keeps the server's prompt cache)."""
-    from ..prompting import answer_schema
-
-    answer: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 2000}
-    ids: dict[str, Any] = {"type": "string"}
-    if branch.kind == "final":
-        answer = answer_schema(branch.answer_form, branch.numbers, branch.language)
-        if branch.evidence_ids:
-            ids = {"type": "string", "enum": list(branch.evidence_ids)}
-    schema = {"type": "object",
-              "properties": {"answer": answer,
-                             "evidence_ids": {"type": "array", "items": ids, "minItems": 1, "maxItems": 10}},
-              "required": ["answer", "evidence_ids"], "additionalProperties": False}
-    return ToolDef(FINAL_TOOL, "Give the final answer for the user, citing the ids of the Observations "
-                               "it relies on. Call it only when every fact the task needs has a successful "
-                               "Observation.", schema)
-
-
-def build_conversation(request: DecisionRequest, arguments: dict[str, dict[str, Any]],
-                       names: dict[str, str]) -> Conversation:
-    from ..prompting import (
-        VISIBLE_OBSERVATIONS,
-        budget_line,
-        feedback_block,
-        observation_line,
-        prompt_text,
-    )
-
-    state, branch, registry = request.state, request.branch, request.tools
-    wire = {name: w for w, name in names.items()}
-    turns = [Turn("user", text=f"TASK: {state.goal}")]
-    for obs in state.observations[-VISIBLE_OBSERVATIONS:]:
-        cid = call_id(obs.id)
-        turns.append(Turn("call", call_id=cid, name=wire.get(obs.tool, obs.tool),
-                          arguments=arguments.get(obs.id, obs.attempted_arguments or {})))
-        turns.append(Turn("result", call_id=cid, text=observation_line(obs, registry), is_error=not obs.ok))
-    now: list[str] = []
-    now += feedback_block(state.feedback)
-    now.append(budget_line(state.budget_left))
-    hints = "\n".join([*state.check_lines, *state.final_hints])
-    if branch.kind == "action":
-        tool = registry.get(branch.tool)
-        hint = state.tool_hints.get(tool.name, tool.hint)
-        if branch.target:
-            hint = f"Still missing: {branch.target}. " + hint
-        schema = json.dumps(tool.compact_schema(), separators=(",", ":"), ensure_ascii=False)
-        now.append(prompt_text("served_action").format(tool=wire[tool.name], tool_description=tool.description,
-                                                       schema=schema, tool_hint=hint))
-        forced = wire[tool.name]
-    elif branch.kind == "final":
-        form = (f'in exactly this form, filling every {{...}} slot from the observations:\n"{branch.answer_form}"'
-                if branch.answer_form else "as plain sentences, in the language of the task.")
-        now.append(prompt_text("served_final").format(evidence_ids=", ".join(branch.evidence_ids),
-                                                      answer_form=form, hints=hints).strip())
-        forced = FINAL_TOOL
-    else:
-        form = f' in exactly this form: "{branch.answer_form}"' if branch.answer_form else ""
-        now.append(prompt_text("served_free").format(answer_form=form, hints=hints).strip())
-        forced = None
-    if request.repair_error is not None:
-        now += ["", prompt_text("served_repair").format(error=request.repair_error)]
-    turns.append(Turn("user", text="\n".join(now)))
-    tools = [ToolDef(wire[t.name], t.description[:MAX_TOOL_DESCRIPTION], t.compact_schema()) for t in registry]
-    tools.append(final_tool(branch))
-    return Conversation(prompt_text("served_system"), turns, tools, forced)
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,7 +322,7 @@ class ServedPolicy:
         stop = _stop_reason(request)
         if stop:
             return Candidate(text="", input_tokens=0, output_tokens=0, latency_ms=0.0, finish_reason=stop)
-        conversation = build_conversation(request, self._arguments, names)
+        conversation = request.conversation(self._arguments, names)
         reply = self._exchange(request, conversation)
         latency = (time.perf_counter() - started) * 1000
         prompt_chars = len(conversation.system) + sum(len(t.text) + len(json.dumps(t.arguments)) for t in conversation.turns)

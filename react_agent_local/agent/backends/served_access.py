@@ -11,7 +11,8 @@ The operator decides the rest, on the command line:
 - ``--model-key KIND@ORIGIN=VARIABLE`` (repeatable): the key in the runner's environment variable
   ``VARIABLE`` goes to provider ``KIND`` at exactly ``ORIGIN`` (which it allows too). Without one,
   ``OPENAI_API_KEY`` goes to ``openai_compatible`` at ``https://api.openai.com`` and
-  ``ANTHROPIC_API_KEY`` to ``anthropic`` at ``https://api.anthropic.com``, when those are allowed.
+  ``ANTHROPIC_API_KEY`` to ``anthropic`` at ``https://api.anthropic.com``, when those are allowed
+  (each served provider's default, from its entry in ``agent/providers.py``).
   An Anthropic key therefore never reaches a loopback server that calls itself ``anthropic``.
 
 A key leaves only over https, except to a loopback host, where nothing crosses a network: an
@@ -29,13 +30,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
+from ..providers import served_kinds, served_providers
 from ..secrets import register
 from .served_errors import ServedModelError
 
-KINDS = ("openai_compatible", "anthropic")
 DEFAULT_PORTS = {"http": 80, "https": 443}
-DEFAULT_KEYS = ("openai_compatible@https://api.openai.com=OPENAI_API_KEY",
-                "anthropic@https://api.anthropic.com=ANTHROPIC_API_KEY")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _HOST_NAME = re.compile(r"[a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?")
 
@@ -102,14 +101,21 @@ class KeyEntry:
     value: str = field(default="", repr=False, compare=False)  # read once; "" when unset
 
 
+def default_keys() -> list[str]:
+    """Each served provider's default key entry: its spec's default ``api_key_env`` at its key origin
+    (``agent/providers.py``), e.g. ``anthropic@https://api.anthropic.com=ANTHROPIC_API_KEY``."""
+    return [f"{p.kind}@{p.served.key_origin}={p.spec.model_fields['api_key_env'].default}"
+            for p in served_providers()]
+
+
 def parse_key_entry(entry: str, environ: Mapping[str, str] | None = None) -> KeyEntry:
     """``KIND@ORIGIN=VARIABLE`` with the variable's value read from ``environ`` (the process's)."""
     target, sep, variable = entry.strip().rpartition("=")
     kind, at, origin_text = target.partition("@")
     if not sep or not at:
         raise ValueError(f"write KIND@ORIGIN=VARIABLE, e.g. openai_compatible@https://gpu-box:8443=VLLM_API_KEY: {entry!r}")
-    if kind not in KINDS:
-        raise ValueError(f"the provider must be one of {', '.join(KINDS)}: {entry!r}")
+    if kind not in served_kinds():
+        raise ValueError(f"the provider must be one of {', '.join(served_kinds())}: {entry!r}")
     if not _VARIABLE.fullmatch(variable):
         raise ValueError(f"not an environment variable name: {variable!r}")
     origin = parse_origin(origin_text)
@@ -145,7 +151,7 @@ class ServedAccess:
         allowed = {parse_origin(h) for h in hosts if h and h.strip()}
         explicit = [parse_key_entry(k, environ) for k in keys if k and k.strip()]
         pinned = {(e.kind, e.origin) for e in explicit}
-        defaults = [e for e in (parse_key_entry(k, environ) for k in DEFAULT_KEYS)
+        defaults = [e for e in (parse_key_entry(k, environ) for k in default_keys())
                     if (e.kind, e.origin) not in pinned]
         register(e.value for e in [*explicit, *defaults])
         return cls(frozenset(allowed | {e.origin for e in explicit}), tuple(explicit + defaults))

@@ -1,4 +1,4 @@
-"""Error buckets of served calls (seed 001): every failure of one call -- an SDK error, a transport
+"""Error buckets of served calls: every failure of one call -- an SDK error, a transport
 error, a broken stream -- becomes a ``ServedModelError`` whose ``code`` is its bucket, and only the
 retryable buckets are retried (by ``served.ServedPolicy``). Duck-typed over both SDKs: their status
 errors carry ``status_code``, ``response`` and ``body``.

@@ -1,4 +1,4 @@
-"""``python -m agent eval``: packs × seeds with one resident model, then the report (R-EVAL).
+"""``python -m agent eval``: packs × seeds with one resident model, then the report.
 
     python -m agent eval --model PATH|openai:BASE_URL#NAME|anthropic:NAME --packs DIR|NAME|generated:N --runs K [--seed S]
                          [--temperature T] [--top-p P] [--top-k K] [--mode guided|free] [--out DIR]
@@ -11,7 +11,7 @@ an eval: a command the policy would ask about is refused (the pack's own test co
 Operator mistakes (bad flag values, no model, unknown packs) are one ``error:`` line and exit 2,
 before anything is loaded or written. The model is loaded once through ``backends.load_model``
 (a local one is the same process-wide resident model ``agent run`` and the runner use; a served one
-is one client) and every run gets it. The model flags are ``run``'s (``cli.add_model_arguments``).
+is one client) and every run gets it. The model flags are ``run``'s (``model_choice.add_model_arguments``).
 The report goes to ``--out`` (default ``<runs dir>/eval/<timestamp>/``: ``.runs/`` beside the package in a
 checkout, see ``packs.DEFAULT_RUNS_DIR``).
 """
@@ -31,7 +31,8 @@ from ..packs import DEFAULT_RUNS_DIR, PACKAGE_ROOT, PackError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_model_arguments, add_workspace_arguments
+    from ..model_choice import add_model_arguments
+    from ..workspace_flags import add_workspace_arguments
 
     parser.add_argument("--packs", required=True,
                         help="a pack folder, a folder of pack folders, a pack name, generated:N or generated:FAMILY:N "
@@ -86,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
         packs = None if generated else find_packs(args.packs)
     except PackError as exc:
         return _refuse(str(exc))
-    from ..cli import ModelChoiceError, model_spec
+    from ..model_choice import ModelChoiceError, model_spec
 
     try:
         spec = model_spec(args)
@@ -96,7 +97,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, spec: Any, packs: list | None) -> int:
-    from ..cli import load_spec, workspace_options
+    from ..model_choice import load_spec
+    from ..workspace_flags import workspace_options
     from ..model_policy import ModelUnavailable
     from .report import build_report, to_markdown, write_chart
     from .suite import resolve_packs, run_suite

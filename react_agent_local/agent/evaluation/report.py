@@ -1,7 +1,7 @@
 """The eval report: Task Success with a 95 % Wilson score interval, metric means, seconds per run
-and failure families, as one JSON object, a markdown page and a PNG chart (R-EVAL).
+and failure families, as one JSON object, a markdown page and a PNG chart.
 
-Two success rates are reported side by side: the runtime's ``metrics.task_success`` (R-MET) and
+Two success rates are reported side by side: the runtime's ``metrics.task_success`` and
 the independent grade of ``grading.py``; runs where they disagree are listed, since one of the
 two graders is then wrong. *Accepted but wrong* counts on its own the runs whose Final the
 runtime's gate accepted and the independent grader fails: the answers a user would have been

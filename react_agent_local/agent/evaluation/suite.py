@@ -1,4 +1,4 @@
-"""Running packs × seeds through the real runtime with one policy (R-EVAL).
+"""Running packs × seeds through the real runtime with one policy.
 
 ``run_suite`` is the eval loop: for every pack, ``runs`` runs with seeds ``seed, seed + 1, ...``
 (so run k of every pack shares a seed), each through ``runtime.run_agent`` exactly as ``agent run``
@@ -6,11 +6,12 @@ drives it. The policy comes from ``policy_for(pack, k)``: the eval command retur
 model for every call; tests return a fresh scripted policy per run. Each run becomes an
 ``EvalRun``: the runtime's own metrics and checks, the independent grade, and its wall time.
 
-``generated:N`` is the release-rule family of the knowledge tool; ``generated:FAMILY:N`` a family of
-``agent/families`` (``generated:fixtest:N``, ``generated:record_rules:N``, ...). A pack with a
-workspace gets a fresh copy of its template in its run's folder (``run-k/workspace``), which its
-family's grader reads afterwards. A pack that looks facts up gets ``lookup_fact`` bound to its fact
-names (``tools.facts.with_fact_names``), so the grammar offers exactly those.
+``generated:FAMILY:N`` generates packs of a family of ``agent/families`` (``generated:fixtest:N``,
+``generated:record_rules:N``, ...); ``generated:N`` of the registry's default family
+(``DEFAULT_FAMILY``). A pack with a workspace gets a fresh copy of its template in its run's folder
+(``run-k/workspace``), which its family's grader reads afterwards. A pack that looks facts up gets
+``lookup_fact`` bound to its fact names (``tools.facts.with_fact_names``), so the grammar offers
+exactly those.
 """
 
 from __future__ import annotations
@@ -23,13 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from ..contracts import Budgets, Sampling
-from ..families import FAMILIES, generator
-from ..families import grade_run as grade_family_run
+from ..families import DEFAULT_FAMILY, FAMILIES, generator, grade_run, verdict_case
 from ..packs import PackError, TaskPack, load_pack
 from ..runtime import PolicySource, run_agent
 from ..tools import pack_registry
-from ..tools.record_grading import grade_run, verdict_case
-from ..tools.record_packs import generate_packs
 from ..trace import write_events
 from ..workspace import WorkspaceOptions
 
@@ -101,9 +99,8 @@ def resolve_packs(spec: str, out_dir: Path, seed: int) -> list[TaskPack]:
     n = parse_generated(spec)
     if n is None:
         return find_packs(spec)
-    family = spec[len(GENERATED):].rpartition(":")[0]
-    generate = generator(family) if family else generate_packs
-    return [TaskPack.load(root) for root in generate(out_dir / "packs", n, seed)]
+    family = spec[len(GENERATED):].rpartition(":")[0] or DEFAULT_FAMILY
+    return [TaskPack.load(root) for root in generator(family)(out_dir / "packs", n, seed)]
 
 
 def _progress(total: int, enabled: bool):
@@ -129,18 +126,10 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
     return EvalRun(
         pack=pack.name, run=k, seed=sampling.seed if sampling.seed is not None else k, status=result.status,
         stop_reason=result.stop_reason, task_success=metrics.get("task_success"), checks=checks, metrics=metrics,
-        seconds=round(seconds, 3), independent_failures=_independent(pack, expected, result, artifact_dir),
-        case=verdict_case(expected) or expected.get("case"),
+        seconds=round(seconds, 3), independent_failures=grade_run(pack, artifact_dir / "workspace", result),
+        case=verdict_case(pack, expected),
         answer=result.final.answer if result.final else None,
         error=f"{result.error.code}: {result.error.message}"[:300] if result.error else None)
-
-
-def _independent(pack: TaskPack, expected: dict[str, Any], result: Any, artifact_dir: Path) -> list[str] | None:
-    """The independent grade: the record family's grader, else the grader of the pack's family."""
-    failures = grade_run(expected, result)
-    if failures is None:
-        failures = grade_family_run(pack, artifact_dir / "workspace", result)
-    return failures
 
 
 def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], PolicySource], budgets: Budgets,

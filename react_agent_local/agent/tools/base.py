@@ -3,7 +3,7 @@
 A ``Tool`` carries everything the rest of the package needs to know about one tool: its name and
 description, its argument model (from which the JSON schema, the argument validation and the
 decoding grammar are derived), its timeout, ``execute(ctx, args, cancel)``, how its result is shown
-to the model (``render``), the stable digest of a result for the no-progress guard (R-RT-6), its
+to the model (``render``), the stable digest of a result for the no-progress guard, its
 hint and the runtime's Decision Summary when guided mode asks for it. The parser, the prompts, the
 grammar, ``/schema`` and ``schemas/tool_registry.json`` all read the registry of the run, so adding a
 tool is one ``register`` call.
@@ -45,7 +45,7 @@ class ToolError(Exception):
 
 class ToolTransportError(Exception):
     """The tool's runtime itself broke (an MCP server died, hung or broke the protocol): not a result
-    the model can recover from, so the run ends failed with a ``tool_runtime`` error (seed 001)."""
+    the model can recover from, so the run ends failed with a ``tool_runtime`` error."""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -108,9 +108,6 @@ class Tool:
     #: What a successful result covers among a pack's declared subgoals for this tool (e.g. which
     #: fact a lookup found); None when the tool has no such notion.
     covers: Callable[[dict[str, Any]], str | None] | None = None
-    #: How a Final over this result is checked when the pack declares nothing itself: an answer
-    #: form, checks and verdict phrases (see ``claims.py``); called with the goal's language.
-    answer_guide: Callable[[dict[str, Any], str], dict[str, Any] | None] | None = None
     #: ``module:attribute`` where this Tool object lives; set, an attempt runs in a worker process
     #: that a timeout or cancel kills (``isolation.py``), else in a thread.
     import_path: str | None = None

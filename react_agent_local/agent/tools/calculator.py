@@ -1,4 +1,4 @@
-"""calculator: exact, bounded arithmetic on untrusted text (R-TOOL-2, SECURITY.md items 11-15).
+"""calculator: exact, bounded arithmetic on untrusted text.
 
 The expression comes from the model, so every check that bounds work happens *before* Python's
 parser sees it, and the parser's output is then walked against an allowlist. In order:

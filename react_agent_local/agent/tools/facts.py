@@ -1,4 +1,4 @@
-"""lookup_fact: look a named fact up in the pack's fact base (seed 002's exercise).
+"""lookup_fact: look a named fact up in the pack's fact base.
 
 The fact base is data of the pack, ``knowledge/facts.json``::
 

@@ -1,6 +1,6 @@
 """knowledge_search: BM25 retrieval over the pack's ``knowledge/*.md`` plus the data parsed from them.
 
-The model only supplies a query; the folder is fixed by the task pack (R-TOOL-1). Only regular
+The model only supplies a query; the folder is fixed by the task pack. Only regular
 ``*.md`` files directly inside it are read (sorted by name; symlinks, other file types and files
 over 1 MiB are skipped), and results name a file by its file name only, never by a path.
 
@@ -369,11 +369,14 @@ def load_index(knowledge_dir: Path) -> KnowledgeIndex:
 # --------------------------------------------------------------------------------------------
 
 
-def _fmt(value: int | float) -> str:
+def render_number(value: int | float) -> str:
+    """A number as the rendered result writes it (``78.5``); an answer guide that forces an expression
+    over the observed values writes them the same way (``families/release_rule/guide.py``)."""
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-def _lowest(batches: dict[str, int | float]) -> tuple[str, int | float]:
+def lowest_group(batches: dict[str, int | float]) -> tuple[str, int | float]:
+    """The group with the lowest value, as the rendered result states it."""
     label = min(batches, key=lambda k: batches[k])  # the first of equal minima, in document order
     return label, batches[label]
 
@@ -389,13 +392,13 @@ def _summary(data: dict[str, Any], returned: int, records: dict[str, dict[str, A
     if not data:
         return f"no evaluation record could be read; top {returned} chunks"
     batches = data["batches"]
-    shown = ", ".join(f"{k}={_fmt(v)}" for k, v in list(batches.items())[:10])
+    shown = ", ".join(f"{k}={render_number(v)}" for k, v in list(batches.items())[:10])
     if len(batches) > 10:
         shown += ", ..."
     rule = data["release_rule"]
     return (
-        f"{len(batches)} batches ({shown}); release rule: average >= {_fmt(rule['average_gte'])} "
-        f"and every batch >= {_fmt(rule['every_batch_gte'])}; top {returned} chunks"
+        f"{len(batches)} batches ({shown}); release rule: average >= {render_number(rule['average_gte'])} "
+        f"and every batch >= {render_number(rule['every_batch_gte'])}; top {returned} chunks"
     )
 
 
@@ -502,13 +505,13 @@ def _render(result: dict[str, Any]) -> str:
         error = (result.get("data_error") or {}).get("message", "no record found")
         excerpts = " | ".join(" ".join(str(c.get("text", "")).split()) for c in result.get("citations", []))
         return f"no structured data ({error}); chunks: {excerpts}"
-    text = f"{len(batches)} groups: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in batches.items())
+    text = f"{len(batches)} groups: " + ", ".join(f"{k} = {render_number(v)}" for k, v in batches.items())
     if batches:
-        label, value = _lowest(batches)
-        text += f"; lowest value: {label} = {_fmt(value)}"
+        label, value = lowest_group(batches)
+        text += f"; lowest value: {label} = {render_number(value)}"
     if rule:
-        text += (f"; release rule: average >= {_fmt(rule['average_gte'])} (average_gte) and every group "
-                 f">= {_fmt(rule['every_batch_gte'])} (every_batch_gte)")
+        text += (f"; release rule: average >= {render_number(rule['average_gte'])} (average_gte) and every group "
+                 f">= {render_number(rule['every_batch_gte'])} (every_batch_gte)")
     return text + f"; citations: {cited}"
 
 
@@ -527,7 +530,7 @@ def _render_records(records: dict[str, dict[str, Any]]) -> str:
         text = (f"record {key} ({record.get('source_id')}): {record.get('value_column')} of {len(values)} groups: "
                 + ", ".join(f"{k} = {_exact(v)}" for k, v in values.items()))
         if values:
-            low, high = _lowest(values), max(values, key=lambda k: values[k])
+            low, high = lowest_group(values), max(values, key=lambda k: values[k])
             text += f"; lowest: {low[0]} = {_exact(low[1])}; highest: {high} = {_exact(values[high])}"
         rules = record.get("rules") or {}
         text += "; rules: " + (", ".join(f"{k} = {_exact(v)}" for k, v in rules.items()) if rules else "none")
@@ -543,92 +546,6 @@ def _render_records(records: dict[str, dict[str, Any]]) -> str:
     return " | ".join(parts)
 
 
-_FORMS = {
-    "en": ("The average is {number} and the lowest value is {number}. "
-           "Check: average {number} >= {number} is {True|False}; lowest {number} >= {number} is {True|False}. "
-           "So it {meets|does not meet} the release rule."),
-    "zh": ("平均值是 {number}，最低值是 {number}。"
-           "检查：平均值 {number} >= {number} is {True|False}；最低值 {number} >= {number} is {True|False}。"
-           "因此{满足|不满足}发布规则。"),
-}
-# The first phrase of each list is the form's; the others are how people say the same in prose.
-_VERDICTS = {
-    "en": {"positive": ["meets the release rule", "release rule is met", "can be released", "is eligible"],
-           "negative": ["does not meet the release rule", "release rule is not met", "not be released",
-                        "is not eligible", "not meet the release rule"]},
-    "zh": {"positive": ["满足发布规则", "可以发布"], "negative": ["不满足发布规则", "不能发布", "未满足发布规则"]},
-}
-
-
-def answer_guide(result: dict[str, Any], language: str) -> dict[str, Any] | None:
-    """How a Final over this record is checked, when the pack declares nothing itself (R-CLAIM).
-
-    The release rule has two checks: the average (the calculator's value) against ``average_gte``
-    and the lowest value against ``every_batch_gte``; the rule is met only when both hold.
-    """
-    data = result.get("data") or {}
-    batches, rule = data.get("batches") or {}, data.get("release_rule") or {}
-    if not batches or not {"average_gte", "every_batch_gte"} <= set(rule):
-        return None
-    language = language if language in _FORMS else "en"
-    _, low = _lowest(batches)
-    return {
-        "answer_form": _FORMS[language],
-        "checks": [
-            {"label": "average", "left": "calculator.value", "op": ">=", "right": rule["average_gte"],
-             "right_label": "average_gte"},
-            {"label": "lowest", "left": low, "op": ">=", "right": rule["every_batch_gte"],
-             "right_label": "every_batch_gte"},
-        ],
-        "verdict": {**_VERDICTS[language], "requires": "all"},
-        "hints": ["The average is the calculator's value; the lowest value is the smallest of all group values.",
-                  "Compare the average with average_gte and the lowest value with every_batch_gte."],
-        # The rule is about the mean of the values: a calculator result that is not it (a sum
-        # without the division, a value left out) makes every later claim wrong.
-        "expect": [{"label": f"the average of the {len(batches)} values", "left": "calculator.value", "op": "==",
-                    "right": "mean(knowledge_search.data.batches)",
-                    "hint": f"compute the average: the sum of all {len(batches)} values, in parentheses, "
-                            f"divided by {len(batches)}",
-                    # Asked again, the expression's grammar is the sum of the observed values in the
-                    # order observed, in parentheses, divided by their count. The first attempt was the
-                    # model's own; the 0.5B, left to pick values again, repeated its wrong pick three
-                    # times in four runs (loop_detected), so the re-ask fixes the arithmetic.
-                    "arguments": {"expression": {"type": "string", "pattern": _mean_pattern(batches)}}},
-                   {"label": f"one bar for each of the {len(batches)} groups", "left": "count(plot.spec.values)",
-                    "op": "==", "right": "count(knowledge_search.data.batches)",
-                    "hint": "plot every group once, with its label and value as observed",
-                    "arguments": _observed_bars(batches)},
-                   {"label": "the observed group names as labels, in order",
-                    "left": "matches(plot.spec.labels, knowledge_search.data.batches)", "op": "==",
-                    "right": "count(knowledge_search.data.batches)",
-                    "hint": "label the bars with the group names exactly as observed, in the same order",
-                    "arguments": _observed_bars(batches)},
-                   {"label": "the sum of the observed values", "left": "sum(plot.spec.values)", "op": "==",
-                    "right": "sum(knowledge_search.data.batches)",
-                    "hint": "copy every group's value exactly as observed",
-                    "arguments": _observed_bars(batches)},
-                   {"label": "the calculator's average", "left": "plot.spec.average", "op": "==",
-                    "right": "calculator.value", "hint": "put the calculator's value into average",
-                    # asked again, average is the calculator's value (the rest of the chart is the model's)
-                    "arguments": {"average": {"const": "calculator.value"}}}],
-    }
-
-
-def _mean_pattern(batches: dict[str, int | float]) -> str:
-    """The average's expression: the observed values in the order observed, summed in parentheses
-    and divided by their count, in the one layout models write (``(72 + 78) / 2``). Asked again, the
-    model has nothing left to choose, so every token is forced and evaluated at prompt speed instead
-    of sampled one at a time (issue 14): optional spaces would leave each one a choice."""
-    values = r" \+ ".join(re.escape(_fmt(v)) for v in batches.values())
-    return rf"^\({values}\) / {len(batches)}$"
-
-
-def _observed_bars(batches: dict[str, int | float]) -> dict[str, Any]:
-    """A chart asked again: its labels and values are the observed groups, in the order observed
-    (the title and the rest are still the model's)."""
-    return {"labels": {"const": list(batches)}, "values": {"const": list(batches.values())}}
-
-
 TOOL = Tool(
     name="knowledge_search",
     args_model=KnowledgeSearchArgs,
@@ -638,62 +555,5 @@ TOOL = Tool(
     render=_render,
     hint="Ask in a few words for the values and the rule the task needs.",
     summary="Facts or rule missing: search the pack's knowledge.",
-    answer_guide=answer_guide,
     import_path="agent.tools.knowledge:TOOL",
-)
-
-
-def legacy_expected_checks(expected: dict[str, Any]) -> list[dict[str, Any]]:
-    """Grading checks for an ``expected.json`` written in the first round's record format.
-
-    That format names the record's values (``knowledge.batches``, ``release_rule``), the calculator
-    value, the plot and the Final's numbers and verdict; here it becomes the generic check types of
-    ``metrics.py``.
-    """
-    checks: list[dict[str, Any]] = [{"type": "final_accepted"}]
-    knowledge = expected.get("knowledge") or {}
-    order = expected.get("causal_order") or ["knowledge_search", "calculator", "plot"]
-    per_tool: dict[str, dict[str, Any]] = {}
-    if knowledge:
-        per_tool["knowledge_search"] = {"path": "data", "includes": {
-            "batches": knowledge.get("batches") or {}, "release_rule": knowledge.get("release_rule") or {}}}
-    if "value" in (expected.get("calculator") or {}):
-        per_tool["calculator"] = {"path": "value", "equals": expected["calculator"]["value"]}
-    plot = expected.get("plot") or {}
-    if plot:
-        want = {"labels": plot.get("labels"), "values": plot.get("values")}
-        if plot.get("average") is not None:
-            want["average"] = plot["average"]
-        per_tool["plot"] = {"path": "spec", "includes": want}
-    for tool in order:
-        checks.append({"type": "tool_result", "name": f"{tool}_correct", "tool": tool,
-                       **per_tool.get(tool, {"path": "", "includes": {"__never__": True}})})
-    checks.append({"type": "causal_order", "tools": list(order)})
-    final = expected.get("final") or {}
-    checks.append({"type": "answer_numbers", "name": "answer_mentions_required_values",
-                   "numbers": list(final.get("must_include", []))})
-    if "release_eligible" in final:
-        language_phrases = {"positive": [p for v in _VERDICTS.values() for p in v["positive"]] + list(_POSITIVE_WORDS),
-                            "negative": [p for v in _VERDICTS.values() for p in v["negative"]] + list(_NEGATIVE_WORDS)}
-        checks.append({"type": "answer_verdict", "name": "answer_verdict_correct",
-                       "expected": "positive" if final["release_eligible"] else "negative", **language_phrases})
-        batches, rule = knowledge.get("batches") or {}, knowledge.get("release_rule") or {}
-        average = (expected.get("calculator") or {}).get("value")
-        if batches and {"average_gte", "every_batch_gte"} <= set(rule) and average is not None:
-            checks.append({"type": "answer_comparisons", "name": "answer_checks_right",
-                           "comparisons": [[average, ">=", rule["average_gte"]],
-                                           [min(batches.values()), ">=", rule["every_batch_gte"]]]})
-    return checks
-
-
-# Verdict wording people use for a release decision (regular expressions, negative first: "not
-# eligible" contains "eligible").
-_NEGATIVE_WORDS = (
-    r"(?:\bnot|n't|\bnever|\bcannot)\s+(?:\w+\s+){0,3}?(?:meet|met|eligible|satisf\w*|pass\w*|qualif\w*|release\w*|approv\w*)\b",
-    r"\bineligible\b", r"\bfail(?:s|ed)?\s+to\s+(?:meet|satisfy|pass)\b",
-    "不满足|未满足|不符合|不能发布|不可发布|不予发布|不发布|未达到|不达标",
-)
-_POSITIVE_WORDS = (
-    r"\b(?:meets?|met|eligible|pass(?:es|ed)?|satisf(?:y|ies|ied)|qualif(?:y|ies|ied)|can be released|approved?)\b",
-    "满足|符合|可以发布|可发布|达标",
 )

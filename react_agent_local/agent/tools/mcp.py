@@ -1,7 +1,7 @@
-"""Tools from MCP servers: started per run, pinned, bounded, composed with the local tools (R-MCP).
+"""Tools from MCP servers: started per run, pinned, bounded, composed with the local tools.
 
 Servers are declared by the operator, in a pack's ``task.json`` (``mcp_servers``) or on the CLI
-(``run --mcp NAME=COMMAND``), never by an HTTP request (SECURITY.md 26). ``McpTools.start`` starts
+(``run --mcp NAME=COMMAND``), never by an HTTP request. ``McpTools.start`` starts
 each over stdio with the official SDK (``mcp`` 2.x: ``mcp.Client`` over ``stdio_client``), lists its
 tools once, pins every definition (name, description, input schema) by SHA-256 and wraps each tool as
 a ``Tool`` named ``server.tool`` whose argument validation, prompt schema and decoding grammar come
@@ -12,7 +12,7 @@ The SDK is async; the runtime calls tools from a worker thread. One private even
 thread owns every server of the run: ``execute`` submits the call to it and waits with the tool's
 timeout and the run's cancel event.
 
-Failures, by who is at fault (seed 001 §06)::
+Failures, by who is at fault::
 
     a result with is_error, a JSON-RPC error answer  -> ToolError: failed Observation, the model recovers
     the call timed out but the server still answers  -> ToolError tool_timeout (retryable)
@@ -20,7 +20,7 @@ Failures, by who is at fault (seed 001 §06)::
       protocol, or changed a pinned definition           error code tool_runtime
     a server could not start or list its tools        -> McpStartError (the run ends failed, tool_runtime)
 
-Bounds (tool poisoning, prompt size; SECURITY.md 27): a description reaches the model as one line of
+Bounds (tool poisoning, prompt size): a description reaches the model as one line of
 at most 300 characters; a tool whose input schema exceeds 16 KiB, is not valid JSON Schema or whose
 name is not a plain identifier is not offered (the trace says why); a result whose JSON exceeds
 4,000 characters is stored as an artifact (``artifact_dir/art-<16 hex>.json``) and the Observation

@@ -1,4 +1,4 @@
-"""plot: render one bar chart to a PNG artifact with matplotlib (R-TOOL-3, SECURITY.md 16-17).
+"""plot: render one bar chart to a PNG artifact with matplotlib.
 
 Labels, title and axis label come from the model, so they are treated as untrusted text:
 

@@ -1,5 +1,5 @@
-"""A second, independent grader for eval runs, so that a bug in ``metrics.py`` shows up as a
-disagreement instead of a wrong success rate.
+"""The release-rule family's own grader: a second, independent grade of eval runs, so that a bug in
+``metrics.py`` shows up as a disagreement instead of a wrong success rate.
 
 It is modelled on the session hook that grades one random pack, not on ``metrics.py``: it reads
 the run's result (status, successful Observations, the Final's text) and the pack's
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
-from ..contracts import RunResult
+from ...contracts import RunResult
 
 _NUMBER = r"-?\d+(?:\.\d+)?"
 _NUMBERS = re.compile(rf"(?<![\d.]){_NUMBER}")
@@ -54,7 +55,13 @@ def stated_claims(answer: str) -> list[tuple[float, str, float, bool]]:
     return [(float(a), op, float(b), claim == "True") for a, op, b, claim in _CLAIM.findall(answer)]
 
 
-def grade_run(expected: dict[str, Any], result: RunResult) -> list[str] | None:
+def grade_run(pack: Any, workspace_root: Path | None, result: RunResult) -> list[str] | None:
+    """The family's grade of a run of ``pack`` (``families.grade_run``): ``grade_expected`` on its
+    ground truth."""
+    return grade_expected(pack.load_expected(), result)
+
+
+def grade_expected(expected: dict[str, Any], result: RunResult) -> list[str] | None:
     """The failure families of one run against ``expected.json``; an empty list is a pass. None for a
     pack of another family (its ``expected.json`` holds no groups): this grader has nothing to say."""
     batches = (expected.get("knowledge") or {}).get("batches") or {}

@@ -1,4 +1,5 @@
-"""The pack generator: task packs of the AgentEval kind, deterministic from a seed (R-EVAL).
+"""The release-rule family's pack generator (``generated:N``, ``generated:release_rule:N``): task
+packs of the AgentEval kind, deterministic from a seed.
 
 A pack is the folder every other pack is: ``task.json``, ``knowledge/<record>.md`` and
 ``data/expected.json`` (the legacy ground-truth format ``metrics.py`` reads). Each pack has 2-8
@@ -31,14 +32,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..families.packkit import Deck
+from ..packkit import PROTECTED_STOP_REASONS, Deck
 
 CASES = ("both", "avg_fails", "floor_fails", "both_fail")
-PROTECTED_STOP_REASONS = ["cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
-                          "invalid_decision"]
 
-# family -> (English noun, Chinese noun, label header (en), label header (zh), names)
-FAMILIES: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
+# kind of group (the ``family`` option) -> (English noun, Chinese noun, label header (en), label header (zh), names)
+GROUP_KINDS: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
     "batch": ("batch", "批次", "Batch", "批次", tuple(f"Batch {c}" for c in "ABCDEFGH")),
     "region": ("region", "地区", "Region", "地区",
                ("North", "South", "East", "West", "Central", "Northeast", "Northwest", "Southeast")),
@@ -54,7 +53,7 @@ PLURALS = {"batch": "batches"}
 OPTIONS: dict[str, tuple[Any, ...]] = {
     "case": CASES,
     "groups": tuple(range(2, 9)),
-    "family": tuple(FAMILIES),
+    "family": tuple(GROUP_KINDS),
     "language": ("en", "zh"),
     "header": ("Task Success", "task_success", "TaskSuccess", "Task Success (%)", "任务成功率"),
     "percent": (False, True),
@@ -132,9 +131,10 @@ class PackSpec:
         return self.average >= self.average_gte and self.lowest >= self.every_batch_gte
 
     def task(self) -> dict[str, Any]:
-        noun = FAMILIES[self.draws["family"]][0 if self.draws["language"] == "en" else 1]
+        noun = GROUP_KINDS[self.draws["family"]][0 if self.draws["language"] == "en" else 1]
         goal = GOALS[self.draws["language"]][self.draws["goal_template"]]
-        return {"id": self.id, "mode": "guided", "required_tools": ["knowledge_search", "calculator", "plot"],
+        return {"id": self.id, "family": "release_rule", "mode": "guided",
+                "required_tools": ["knowledge_search", "calculator", "plot"],
                 "goal": goal.format(noun=noun, nouns=PLURALS.get(noun, noun + "s"))}
 
     def expected(self) -> dict[str, Any]:
@@ -161,7 +161,7 @@ class PackSpec:
 
 def _table(spec: PackSpec, rng: random.Random) -> str:
     d, zh = spec.draws, spec.draws["language"] == "zh"
-    family = FAMILIES[d["family"]]
+    family = GROUP_KINDS[d["family"]]
     label_header = family[3] if zh else family[2]
     extra = rng.sample(sorted(DIAGNOSTICS), d["diagnostics"])
     columns = [(DIAGNOSTICS[k][0][zh], DIAGNOSTICS[k][1]) for k in extra]
@@ -209,7 +209,7 @@ def render_record(spec: PackSpec) -> str:
     zh = spec.draws["language"] == "zh"
     front, rule = _rule(spec)
     if zh:
-        return (f"{front}# 评测记录\n\n各{FAMILIES[spec.draws['family']][1]}使用同一批任务评测，表中其他列只是诊断信息。\n\n"
+        return (f"{front}# 评测记录\n\n各{GROUP_KINDS[spec.draws['family']][1]}使用同一批任务评测，表中其他列只是诊断信息。\n\n"
                 f"## 各组任务成功率\n\n{_table(spec, rng)}\n\n## 发布规则\n\n{rule}\n")
     return (f"{front}# Evaluation record\n\nEach group was evaluated on the same tasks; the other columns are "
             f"diagnostics.\n\n## Task Success by group\n\n{_table(spec, rng)}\n\n## Release rule\n\n{rule}\n")
@@ -237,7 +237,7 @@ def draw_pack(pack_id: str, decks: dict[str, Deck], rng: random.Random) -> PackS
         i = rng.randrange(n)
         tenths[i] += step if tenths[i] < 900 else -step
     values = tuple(_num(t) for t in tenths)
-    labels = tuple(FAMILIES[draws["family"]][4][:n])
+    labels = tuple(GROUP_KINDS[draws["family"]][4][:n])
     unit = Fraction(step, 10)
     spec = PackSpec(pack_id, case, labels, values, 0, 0, draws)
     avg_gte = _threshold(spec.average, case in ("both", "floor_fails"), draws["avg_edge"], unit, rng)

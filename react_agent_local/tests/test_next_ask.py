@@ -1,0 +1,105 @@
+"""What the runtime asks next, asked directly: ``next_ask`` over a ``StepEvidence``, no model, no run."""
+
+from __future__ import annotations
+
+import json
+
+from agent.contracts import ActionDecision, FinalDecision, Observation, ToolErrorInfo
+from agent.next_ask import FREE_SUMMARY, decision_summary, next_ask
+from agent.packs import load_pack
+from agent.step_evidence import premature, step_evidence
+from agent.tools import default_registry, pack_registry
+from agent.tools.knowledge import search_knowledge
+
+PACK = load_pack(None)
+TOOLS = default_registry()
+SEARCH = search_knowledge(PACK.knowledge_dir, "batches release rule", 1)
+BATCHES = SEARCH["data"]["batches"]  # {"Batch A": 72, ...}
+MEAN = sum(BATCHES.values()) / len(BATCHES)
+
+
+def obs(tool: str, n: int, result: dict | None = None, error: str | None = None) -> Observation:
+    return Observation(id=f"obs-{tool}-{n}", tool=tool, ok=error is None, result=result,
+                       error=ToolErrorInfo(code=error, message="(test)") if error else None)
+
+
+def ask(observations: list[Observation], mode: str = "guided", pack=PACK, tools=TOOLS):
+    evidence = step_evidence(pack.task, observations, tools, pack.guide, "en")
+    return next_ask(pack.task, evidence, mode=mode, tools=tools, language="en"), evidence
+
+
+def searched() -> Observation:
+    return obs("knowledge_search", 1, SEARCH)
+
+
+def averaged(value: float = MEAN, n: int = 2) -> Observation:
+    return obs("calculator", n, {"expression": "(test)", "value": value})
+
+
+def plotted(n: int = 3, average: float = MEAN) -> Observation:
+    return obs("plot", n, {"spec": {"labels": list(BATCHES), "values": list(BATCHES.values()), "average": average}})
+
+
+def test_guided_asks_the_first_required_tool_without_an_observation():
+    branch, _ = ask([])
+    assert (branch.kind, branch.tool) == ("action", "knowledge_search")
+    assert branch.summary == PACK.task.summaries["knowledge_search"] and branch.narrowed == ()
+
+
+def test_an_expectation_is_a_draft_on_the_first_ask_and_narrows_after_a_rejection():
+    branch, _ = ask([searched(), averaged()])
+    assert (branch.kind, branch.tool) == ("action", "plot") and branch.narrowed == ()
+    # the chart's labels, values and the calculator's average, as the JSON the model would copy
+    assert f'"average": {json.dumps(MEAN)}' in branch.drafts
+    assert any(d.startswith('"labels": ["Batch A"') for d in branch.drafts)
+    rejected = obs("plot", 3, error="invalid_arguments")
+    branch, _ = ask([searched(), averaged(), rejected])
+    assert branch.drafts == () and dict(branch.narrowed)["labels"] == {"const": list(BATCHES)}
+    assert dict(branch.narrowed)["average"] == {"const": MEAN}
+
+
+def test_a_result_that_fails_an_expectation_is_asked_again_with_its_hint_and_narrowing():
+    branch, evidence = ask([searched(), averaged(value=sum(BATCHES.values()))])  # a sum, not the mean
+    assert (branch.kind, branch.tool) == ("action", "calculator")
+    assert branch.target.startswith(f"the average of the {len(BATCHES)} values (compute the average")
+    assert dict(branch.narrowed)["expression"]["pattern"].endswith(f"/ {len(BATCHES)}$")
+    assert [e.tool for e in evidence.failing()] == ["calculator"]
+    assert "the latest calculator result" in " ".join(premature(evidence, ["obs-knowledge_search-1"], PACK.task, None))
+
+
+def test_with_every_required_observation_the_final_is_asked_with_its_evidence_and_form():
+    branch, evidence = ask([searched(), averaged(), plotted()])
+    assert branch.kind == "final" and evidence.ready and not evidence.failing()
+    assert branch.evidence_ids == ("obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3")
+    assert branch.answer_form == PACK.guide(evidence.latest_ok, "en").answer_form
+    assert f"{MEAN:g}" in branch.numbers and "70" in branch.numbers  # the average and every_batch_gte
+    assert premature(evidence, list(branch.evidence_ids), PACK.task, None) == []
+
+
+def test_free_mode_offers_the_final_only_once_the_gate_could_accept_it():
+    branch, _ = ask([searched(), averaged()], mode="free")
+    assert (branch.kind, branch.evidence_ids, branch.summary) == ("free", (), FREE_SUMMARY)
+    branch, _ = ask([searched(), averaged(), plotted()], mode="free")
+    assert branch.evidence_ids == ("obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3")
+
+
+def test_subgoals_are_asked_item_by_item_and_named_in_free_mode():
+    pack = load_pack("population_ratio")
+    tools = pack_registry(pack)
+    taipei = obs("lookup_fact", 1, {"fact": "台北人口", "value": 2_500_000})
+    branch, evidence = ask([taipei], pack=pack, tools=tools)
+    assert (branch.kind, branch.tool, branch.target) == ("action", "lookup_fact", "纽约人口")
+    assert evidence.required[0] == ("lookup_fact (台北人口)", "obs-lookup_fact-1")
+    assert evidence.required[1] == ("lookup_fact (纽约人口)", None) and not evidence.ready
+    branch, _ = ask([taipei], mode="free", pack=pack, tools=tools)
+    assert (branch.kind, branch.tool, branch.target) == ("free", "lookup_fact", "纽约人口")
+
+
+def test_the_decision_summary_follows_the_branch():
+    guided, _ = ask([])
+    action = ActionDecision(type="action", tool="calculator", arguments={"expression": "1 + 1"})
+    final = FinalDecision(type="final", answer="x", evidence_ids=["obs-calculator-1"])
+    assert decision_summary(guided, action) == guided.summary
+    free, _ = ask([], mode="free")
+    assert decision_summary(free, action).startswith("Model chose calculator")
+    assert decision_summary(free, final).startswith("Model proposes the final answer")
