@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .model_policy import Candidate
 
 # --------------------------------------------------------------------------------------------
-# Decisions (R-DEC-1)
+# Decisions
 # --------------------------------------------------------------------------------------------
 
 class _Strict(BaseModel):
@@ -55,7 +55,7 @@ Decision = Annotated[Union[ActionDecision, FinalDecision], Field(discriminator="
 DECISION_ADAPTER: TypeAdapter[ActionDecision | FinalDecision] = TypeAdapter(Decision)
 
 # --------------------------------------------------------------------------------------------
-# Observations (R-RT-4, R-RT-10, R-TOOL-4)
+# Observations
 # --------------------------------------------------------------------------------------------
 
 
@@ -99,7 +99,7 @@ class CallRepair(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
-# Budgets (R-RT-1)
+# Budgets
 # --------------------------------------------------------------------------------------------
 
 
@@ -234,7 +234,7 @@ class Sampling(BaseModel):
 SAMPLING_FIELDS = tuple(Sampling.model_fields)
 
 
-#: The page's recommended preset (SPEC R-RT-1).
+#: The page's recommended preset.
 RECOMMENDED_BUDGETS = Budgets()
 
 # --------------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class AnswerGuide(BaseModel):
 
 
 class McpServerSpec(BaseModel):
-    """An MCP server a pack needs (R-MCP): started over stdio by the runtime, never named by an HTTP
+    """An MCP server a pack needs: started over stdio by the runtime, never named by an HTTP
     request. ``command`` runs with ``args`` in the pack's folder; only ``env`` (and a small allowlist
     of the runner's own variables, see ``tools/mcp.py``) reaches its environment."""
 
@@ -357,7 +357,7 @@ class WorkspaceSpec(BaseModel):
 
 
 class TaskSpec(BaseModel):
-    """``task.json`` of a task pack: everything task-specific, as data (R-PACK)."""
+    """``task.json`` of a task pack: everything task-specific, as data."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -453,7 +453,7 @@ TERMINAL_STATUS: dict[str, str] = {
 
 
 class Metrics(BaseModel):
-    """Per-run metrics (R-MET). ``None`` means the denominator was zero (shown as N/A)."""
+    """Per-run metrics. ``None`` means the denominator was zero (shown as N/A)."""
 
     task_success: bool | None
     valid_action_rate: float | None
@@ -486,7 +486,7 @@ class RunResult(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
-# Runner HTTP bodies (R-API)
+# Runner HTTP bodies
 # --------------------------------------------------------------------------------------------
 
 _PACK_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")

@@ -1,5 +1,5 @@
 """Served models with native tool calling: what the OpenAI-compatible and Anthropic clients share
-(R-SERVE; seed 001's ModelClient, retries, error buckets and cancel points; seed 002's protocols).
+(one model client: retries, error buckets and cancel points over both protocols).
 
 A served policy answers ``propose`` by one streamed chat call with *tools*: the run's registry
 plus a ``final_answer`` tool (``answer``, ``evidence_ids``). A guided branch forces its tool (the
@@ -19,7 +19,7 @@ the runtime traces). What cannot be repaired (no tool call at all, arguments tha
 were cut inside a value) is a ``Candidate.fault``: an invalid Decision that the runtime repairs. A
 reply cut at ``max_tokens`` is ``finish_reason="length"``, never a Decision.
 
-Retries (seed 001): setting up a call is retried up to ``CONNECT_RETRIES`` times with backoff
+Retries: setting up a call is retried up to ``CONNECT_RETRIES`` times with backoff
 (Retry-After honoured); a stream that stalls (no byte for ``stall_seconds``) or drops is reopened up
 to ``STREAM_RETRIES`` times, but only while no output has arrived -- after that a failure ends the
 run. Cancel is checked before each call and at every chunk; each call runs in a worker thread, and
