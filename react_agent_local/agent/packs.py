@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from .contracts import AnswerGuide, Observation, TaskSpec
+from .paths import PACKAGE_ROOT
 
 #: The package whose ``__init__`` is the registry of task families (``DEFAULT_FAMILY``, ``FAMILIES``,
 #: ``answer_guide``, ``expected_checks``).
@@ -34,23 +34,6 @@ def _families() -> Any:
     return importlib.import_module(FAMILY_REGISTRY)
 
 
-def _package_root() -> Path:
-    """Where prompts/, schemas/, the default pack and packs/ live: the source tree (a checkout or an
-    editable install), else the data installed with the package (``pip install``), or $REACT_AGENT_HOME."""
-    if os.environ.get("REACT_AGENT_HOME"):
-        return Path(os.environ["REACT_AGENT_HOME"]).expanduser().resolve()
-    source = Path(__file__).resolve().parent.parent
-    if (source / "prompts").is_dir():
-        return source
-    import importlib.util
-
-    spec = importlib.util.find_spec("react_agent_local")
-    if spec is None or not spec.submodule_search_locations:
-        return source  # nothing installed either: errors will name the missing folder
-    return Path(list(spec.submodule_search_locations)[0]).resolve()
-
-
-PACKAGE_ROOT = _package_root()
 PACKS_DIR = PACKAGE_ROOT / "packs"
 #: Run folders: beside the package in a checkout, else in the user's cache (site-packages is no place for them).
 DEFAULT_RUNS_DIR = (PACKAGE_ROOT / ".runs" if (PACKAGE_ROOT / "agent").is_dir()

@@ -20,11 +20,16 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from .contracts import AnswerGuide, Observation
-from .packs import PACKAGE_ROOT
+from .paths import PACKAGE_ROOT
 from .tools import ToolRegistry
+
+if TYPE_CHECKING:
+    # Type hints only: this module reads Observations and answer guides and never builds one, so it
+    # needs nothing of contracts.py at run time; contracts.py leads (through providers.py) to
+    # model_policy.py, which builds its prompt from here.
+    from .contracts import AnswerGuide, Observation
 
 PROMPTS_DIR = PACKAGE_ROOT / "prompts"
 VISIBLE_OBSERVATIONS = 10

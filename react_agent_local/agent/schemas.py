@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .contracts import DECISION_ADAPTER
-from .packs import PACKAGE_ROOT
+from .paths import PACKAGE_ROOT
 
 SCHEMAS_DIR = PACKAGE_ROOT / "schemas"
 

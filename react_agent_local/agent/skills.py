@@ -29,9 +29,10 @@ The operator's ``--skills DIR`` is opened as the operator wrote it. Hidden names
 
 Errors::
 
-    PackError            (packs.py)
-      SkillError         a skills folder, a SKILL.md or a file beside it breaks the rules above
-                         (operator fault); the message names the file below its skills folder
+    SkillError           a skills folder, a SKILL.md or a file beside it breaks the rules above
+                         (operator fault); the message names the file below its skills folder.
+                         Loading a pack turns it into the pack's ``PackError`` (``packs.py``, which
+                         imports this module, never the other way round)
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .packs import PackError
 from .tools import workspace_ops as ops
 
 SKILL_FILE = "SKILL.md"
@@ -68,7 +68,7 @@ _FILE_NAME = re.compile(r"^[\w.\- ]{1,100}$")
 _SKIPPED = frozenset({"__pycache__"})
 
 
-class SkillError(PackError):
+class SkillError(Exception):
     """A skill breaks its contract; the message names the file below its skills folder."""
 
 

@@ -15,8 +15,8 @@ from agent.claims import bound_slots, claim_problems, latest_of, resolve_checks
 from agent.contracts import AnswerGuide, Observation
 from agent.packs import TaskPack, load_pack
 from agent.prompting import answer_form_pattern
-from agent.tools import ToolContext, registry_for
-from agent.tools.facts import LOOKED_UP_FILE, bound_tool, with_fact_names
+from agent.tools import ToolContext, registry_for, with_fact_names
+from agent.tools.facts import LOOKED_UP_FILE, bound_tool
 from agent.tools.knowledge import TOOL as KNOWLEDGE
 from agent.tools.knowledge import named_records, search_knowledge
 from agent.tools.records import RecordError, read_records, rule_name

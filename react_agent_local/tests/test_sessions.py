@@ -469,6 +469,7 @@ def test_event_records_stop_at_the_size_cap_and_the_turn_still_ends(tmp_path):
 
 def test_cli_chat_over_stdin_and_the_session_list(tmp_path, monkeypatch, capsys):
     import agent.cli as cli
+    import agent.sessions.command as chat_command
 
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")  # never opened: the scripted policy stands in for it
@@ -478,7 +479,7 @@ def test_cli_chat_over_stdin_and_the_session_list(tmp_path, monkeypatch, capsys)
         policies.append(ScriptedPolicy([ratio_step] * 6))
         return policies[-1]
 
-    monkeypatch.setattr(cli, "load_spec", scripted)
+    monkeypatch.setattr(chat_command, "load_spec", scripted)
     folder = str(tmp_path / "sessions")
     monkeypatch.setattr(sys, "stdin", io.StringIO(f"{QUESTION}\n\n{FOLLOW_UP}\n"))
     assert cli.main(["chat", "--pack", "population_ratio", "--model", str(model), "--sessions-dir", folder]) == 0

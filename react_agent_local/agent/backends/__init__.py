@@ -12,8 +12,10 @@ Backend choice (``backend="auto"``): a ``.gguf`` file, or a directory with exact
 goes to llama.cpp; a directory with ``config.json`` and ``*.safetensors`` goes to transformers.
 
 Paths come from the browser: ``locate.py`` checks them before anything is opened
-and ``headers.py`` reads at most headers, within a budget of bytes and work. This module chooses
-the backend, inspects, keeps the resident model and dispatches every spec to its provider.
+and ``headers.py`` reads at most headers, within a budget of bytes and work. What the backends
+share with this module (install hints, ``ContextOverflow``, where a generation ends) is ``base.py``'s.
+This module chooses the backend, inspects, keeps the resident model and dispatches every spec to
+its provider.
 
 Exceptions: everything that makes a model unusable raises ``ModelUnavailable`` (from
 ``agent.model_policy``) with a public message; ``ContextOverflow`` is a ``ModelUnavailable`` raised
@@ -26,7 +28,6 @@ import gc
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import stat
@@ -36,6 +37,7 @@ from typing import Any, Literal
 
 from ..model_policy import ModelUnavailable, Policy
 from ..providers import provider
+from .base import INSTALL_HINTS, ContextOverflow, code_block_end, complete_json_end  # noqa: F401 -- re-exported: the package's surface
 from .headers import (  # noqa: F401 -- re-exported: the package's surface (tests, backends)
     MAX_GGUF_SECONDS, MAX_GGUF_STRING_ENTRIES, _Corrupt, _read_small_json, check_weights, read_gguf_header,
     read_safetensors_header,
@@ -44,52 +46,6 @@ from .locate import ModelLocation, _list_dir, _public_name, _refuse, locate_mode
 
 Kind = Literal["gguf", "safetensors"]
 BackendName = Literal["llama_cpp", "transformers"]
-
-INSTALL_HINTS = {
-    "llama_cpp": "pip install llama-cpp-python==0.3.36 llguidance==1.9.1 (llama.cpp builds from source, a few minutes)",
-    "torch": "pip install torch (CPU wheel) and transformers",
-    "transformers": "pip install transformers",
-}
-
-
-class ContextOverflow(ModelUnavailable):
-    """The prompt plus the tokens to generate do not fit the model's context window."""
-
-    def __init__(self, message: str):
-        super().__init__(message, code="context_overflow")
-
-
-_JSON_VALUE_STARTS = frozenset('{["-0123456789tfn')
-
-
-def complete_json_end(text: str) -> int | None:
-    """Index just past the first complete JSON value in ``text`` (after leading space), else None.
-
-    A number/true/false/null only counts once something follows it (``12`` may become ``123``).
-    """
-    stripped = text.lstrip()
-    if not stripped or stripped[0] not in _JSON_VALUE_STARTS:
-        return None
-    try:
-        value, end = json.JSONDecoder().raw_decode(stripped)
-    except (ValueError, RecursionError):  # deep nesting is parse_decision's to refuse, not a crash here
-        return None
-    if not isinstance(value, (dict, list, str)) and end >= len(stripped):
-        return None
-    return len(text) - len(stripped) + end
-
-
-def code_block_end(text: str) -> int | None:
-    """Index just past the fence that closes the code block of a code-argument generation
-    (``model_policy.CODE_FENCE`` ... ``CODE_FENCE_END``), else None."""
-    from ..model_policy import CODE_FENCE, CODE_FENCE_END
-
-    start = text.find(CODE_FENCE)
-    if start < 0:
-        return None
-    end = text.find(CODE_FENCE_END, start + len(CODE_FENCE))
-    return None if end < 0 else end + len(CODE_FENCE_END)
-
 
 # --------------------------------------------------------------------------------------------
 # Dependencies, devices

@@ -23,7 +23,7 @@ import json
 from typing import Any
 
 from ..model_policy import ModelUnavailable
-from . import INSTALL_HINTS
+from .base import INSTALL_HINTS
 
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 

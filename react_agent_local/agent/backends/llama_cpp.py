@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..model_policy import CODE_FENCE_END, ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
-from . import INSTALL_HINTS, ContextOverflow, ModelLocation, code_block_end, complete_json_end
+from .base import INSTALL_HINTS, ContextOverflow, code_block_end, complete_json_end
+from .locate import ModelLocation
 from .prefix_cache import PrefixCache, default_directory, model_identity
 
 DEFAULT_N_CTX = 8192

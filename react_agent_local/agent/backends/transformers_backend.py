@@ -22,7 +22,8 @@ import time
 from typing import Any
 
 from ..model_policy import ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
-from . import INSTALL_HINTS, ContextOverflow, ModelLocation, complete_json_end
+from .base import INSTALL_HINTS, ContextOverflow, complete_json_end
+from .locate import ModelLocation
 
 _DTYPES = ("float32", "bfloat16", "float16")
 _PIP_HINT = re.compile(r"pip install [A-Za-z0-9_.\-\[\]=<>]+")

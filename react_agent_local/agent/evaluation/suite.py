@@ -10,7 +10,7 @@ model for every call; tests return a fresh scripted policy per run. Each run bec
 ``generated:record_rules:N``, ...); ``generated:N`` of the registry's default family
 (``DEFAULT_FAMILY``). A pack with a workspace gets a fresh copy of its template in its run's folder
 (``run-k/workspace``), which its family's grader reads afterwards. A pack that looks facts up gets
-``lookup_fact`` bound to its fact names (``tools.facts.with_fact_names``), so the grammar offers
+``lookup_fact`` bound to its fact names (``tools.with_fact_names``), so the grammar offers
 exactly those.
 """
 

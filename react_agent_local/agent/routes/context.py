@@ -22,8 +22,7 @@ from ..packs import DEFAULT_RUNS_DIR, PackError, available_packs, load_pack
 from ..runner_workspace import RUNNER_APPROVAL_SECONDS, RunnerWorkspace, RunRefused
 from ..sessions.store import SessionStore
 from ..streaming import StreamSlots
-from ..tools import ToolRegistry, with_skills
-from ..tools.facts import with_fact_names
+from ..tools import ToolRegistry, with_fact_names, with_skills
 from ..trace import redact
 from .errors import ApiError
 from .model_checks import check_request_model, default_policy_factory, load_explainer, public_model

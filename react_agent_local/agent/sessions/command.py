@@ -19,13 +19,13 @@ import sys
 import threading
 from typing import Any
 
+from ..event_lines import format_event
+from ..model_choice import ModelChoiceError, add_model_arguments, load_spec, model_spec
 from ..packs import PackError, load_pack
 from .store import DEFAULT_SESSIONS_DIR, SessionError, SessionStore
 
 
 def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_model_arguments
-
     parser.add_argument("--pack", default=None, help="task pack name or directory (default: the package itself; "
                                                      "a resumed session keeps its own)")
     parser.add_argument("--resume", default=None, metavar="ID",
@@ -62,7 +62,6 @@ def list_main(args: argparse.Namespace) -> int:
 def chat_main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from ..cli import ModelChoiceError, format_event, load_spec, model_spec
     from ..contracts import Budgets, Sampling
     from .turns import Conversation
 

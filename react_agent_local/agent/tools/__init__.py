@@ -7,7 +7,8 @@ and sandbox (``WORKSPACE_TOOLS``; see ``agent/workspace.py``). ``catalog()`` is 
 run gets ``registry_for(names)``, the tools its pack uses. Adding a tool is one entry in ``_LOCAL_TOOLS``, or, for a tool that is not
 part of the package, one ``register`` call on the registry passed to ``run_agent``. ``skill``
 (load_skill) is no entry of the catalog: it is built for each run that has skills, over those skills
-(``with_skills``, ``pack_registry``; see ``agent/skills.py``).
+(``with_skills``, ``pack_registry``; see ``agent/skills.py``), and ``lookup_fact`` is bound to a pack's
+fact names (``with_fact_names``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .base import (ArgumentError, StrictArgs, Tool, ToolContext, ToolError, Tool
 
 __all__ = ["ArgumentError", "StrictArgs", "Tool", "ToolContext", "ToolError", "ToolRegistry", "ToolTransportError",
            "WORKSPACE_TOOLS", "catalog", "compact_schema", "default_registry", "pack_registry", "registry_for",
-           "with_skills"]
+           "with_fact_names", "with_skills"]
 
 #: tools that need a run's workspace and sandbox (``workspace.bind``)
 WORKSPACE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "replace_function", "glob", "grep", "bash"})
@@ -61,10 +62,8 @@ def pack_registry(pack: Any) -> ToolRegistry | None:
     """The registry to pass to ``run_agent`` for a run of ``pack`` (``packs.TaskPack``): None when the
     pack has no skills and no fact base to bind, so the runtime builds the registry from the pack's
     names as always; else the package's tools the pack names, with ``load_skill`` over its skills and
-    ``lookup_fact`` bound to the pack's fact names (``facts.with_fact_names``). None, too, when the pack names a
+    ``lookup_fact`` bound to the pack's fact names (``with_fact_names``). None, too, when the pack names a
     tool the package lacks: the runtime then fails the run as ``pack_invalid``, naming it."""
-    from .facts import with_fact_names
-
     if not pack.skills:
         return with_fact_names(None, pack)
     from .skill import TOOL_NAME
@@ -78,3 +77,26 @@ def pack_registry(pack: Any) -> ToolRegistry | None:
         return with_fact_names(with_skills(registry_for(names), pack.skills), pack)
     except KeyError:
         return None
+
+
+def with_fact_names(registry: ToolRegistry | None, pack: Any) -> ToolRegistry | None:
+    """The registry for a run of ``pack`` (``packs.TaskPack``) with ``lookup_fact`` bound to the
+    pack's fact names (``facts.bound_tool``): ``registry`` as given (None: the package's tools the pack
+    names) with that one tool replaced. ``registry`` unchanged where the pack has no local
+    ``lookup_fact`` (or MCP servers, whose tools join later) or no readable fact base."""
+    if "lookup_fact" not in pack.task.tool_names or pack.task.mcp_servers:
+        return registry
+    from .facts import bound_tool
+
+    try:
+        bound = bound_tool(pack.knowledge_dir)
+    except ToolError:
+        return registry  # the run's lookups fail with the fact base's own error
+    if registry is None:
+        try:
+            registry = registry_for(pack.task.tool_names)
+        except KeyError:
+            return None  # the runtime names the unknown tool
+    if "lookup_fact" not in registry:
+        return registry
+    return ToolRegistry({name: bound if name == "lookup_fact" else tool for name, tool in registry.tools.items()})

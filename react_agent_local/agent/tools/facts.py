@@ -11,8 +11,8 @@ non-retryable ``unknown_fact`` error that lists the known fact names, so the mod
 
 A result holds the fact found and ``looked_up``: every fact this run has looked up so far (name ->
 value, kept in the run's folder), so a check can read them all from the latest lookup. For one
-pack's fact base the tool can be bound to its names (``bound_tool``, ``with_fact_names``): ``query``
-is then a choice among them in the schema and the decoding grammar.
+pack's fact base the tool can be bound to its names (``bound_tool``; a run's registry gets it from
+``tools.with_fact_names``): ``query`` is then a choice among them in the schema and the decoding grammar.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from .base import StrictArgs, Tool, ToolContext, ToolError, ToolRegistry
+from .base import StrictArgs, Tool, ToolContext, ToolError
 
 FACTS_FILE = "facts.json"
 MAX_FACTS_BYTES = 256 * 1024
@@ -149,26 +149,3 @@ def bound_tool(knowledge_dir: Path) -> Tool:
     model = create_model("LookupFactArgs", __base__=StrictArgs, __doc__=LookupFactArgs.__doc__,
                          query=(Literal[names], Field(description="The fact's name, one of the fact base's.")))
     return replace(TOOL, args_model=model, import_path=None)
-
-
-def with_fact_names(registry: ToolRegistry | None, pack: Any) -> ToolRegistry | None:
-    """The registry for a run of ``pack`` (``packs.TaskPack``) with ``lookup_fact`` bound to the
-    pack's fact names (``bound_tool``): ``registry`` as given (None: the package's tools the pack
-    names) with that one tool replaced. ``registry`` unchanged where the pack has no local
-    ``lookup_fact`` (or MCP servers, whose tools join later) or no readable fact base."""
-    if "lookup_fact" not in pack.task.tool_names or pack.task.mcp_servers:
-        return registry
-    try:
-        bound = bound_tool(pack.knowledge_dir)
-    except ToolError:
-        return registry  # the run's lookups fail with the fact base's own error
-    if registry is None:
-        from . import registry_for
-
-        try:
-            registry = registry_for(pack.task.tool_names)
-        except KeyError:
-            return None  # the runtime names the unknown tool
-    if "lookup_fact" not in registry:
-        return registry
-    return ToolRegistry({name: bound if name == "lookup_fact" else tool for name, tool in registry.tools.items()})
