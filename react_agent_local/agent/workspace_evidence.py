@@ -413,10 +413,11 @@ STUB_LINES = ("raise NotImplementedError", "raise NotImplementedError()", "pass"
 def def_line_pattern(source: str, written: bool = False) -> str:
     """A new definition starts as the old one does: its def line and its docstring (the signature is
     not the bug, and the docstring is the spec the fix is written against: the 1.5B, free to leave
-    it out, dropped it and then saw nothing wrong with the code), when a pattern can hold them (no
-    backslash); else with any text."""
+    it out, dropped it and then saw nothing wrong with the code), when a pattern can hold them (a
+    function's source is written as raw text -- a code block or a code turn -- so a backslash in it
+    is one character of the pattern like any other); else with any text."""
     head = _head_lines(source)
-    if head and not any("\\" in line for line in head):
+    if head:
         if written:
             # ``written``: the body is to be written, so its first line is no stub statement (the
             # 1.5B, shown a stub, copied ``raise NotImplementedError`` back three times in a row)
