@@ -3,8 +3,8 @@ is built from, with the value schemas a Decision's grammar follows).
 
 Everything about a tool -- its name, description, argument schema, hint and how its results read --
 comes from the run's ``ToolRegistry``; everything about the task -- the goal, its hints, its answer
-form and checks -- from the pack (or, where the pack declares no answer form, from the tool whose
-result the Final is about). The runtime assembles a ``PromptState`` and a ``Branch``; ``build_prompt``
+form and checks -- from the pack (or, where the pack declares none, from its family's default guide:
+``TaskPack.guide``). The runtime assembles a ``PromptState`` and a ``Branch``; ``build_prompt``
 turns them into the ``Prompt``, which says every fact the model is told this step once: the goal,
 the Observations (and how many earlier turns showed), the feedback, the budget left, what is asked
 (an action for one tool, a final, or a free choice), the value schema, the drafts and a repair's
