@@ -31,7 +31,8 @@ from agent.model_policy import ModelRequest
 
 INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem in a markdown "
                "code block:\n```\n{prompt}\n```")
-_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+# the language may sit on the fence or on a line of its own (the 0.5B writes "```\npython\n")
+_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(?:(?:python|py)[ \t]*\n)?(.*?)```", re.S)
 
 
 def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
