@@ -241,19 +241,9 @@ def code_value(text: str, field: str) -> str | None:
     (``CODE_FENCE`` ... ``CODE_FENCE_END``): the block's text becomes ``field``. None when the text
     is not of that shape (then it is parsed as it is, and refused or repaired like any other)."""
     head, fence, rest = text.partition(CODE_FENCE)
-    if not fence:
+    if not fence or CODE_FENCE_END not in rest:
         return None
-    try:
-        arguments = json.loads(head)
-    except ValueError:
-        return None
-    if not isinstance(arguments, dict) or field in arguments:
-        return None
-    code, closed, _ = rest.partition(CODE_FENCE_END)
-    if not closed:
-        return None
-    lead = head[:len(head) - len(head.lstrip())]
-    return lead + json.dumps({**arguments, field: code.rstrip() + "\n"}, ensure_ascii=False)
+    return with_code(head, field, rest)
 
 
 @dataclass
