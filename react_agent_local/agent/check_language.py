@@ -397,6 +397,34 @@ def evaluate(text: str, latest_ok: Mapping[str, Any]) -> float | str | None:
     return _value(node, evidence)
 
 
+def path_values(text: str, latest_ok: Mapping[str, Any], *, skip_roots: tuple[str, ...] = ()) -> tuple[tuple[str, float], ...]:
+    """The numbers an expression reads from the evidence: each outermost path that gives a number,
+    as (its text, its value), in reading order, each once; paths whose root is in ``skip_roots``
+    (e.g. the tool being asked again, ``calculator``) are left out. A number the evidence does not give is left out."""
+    if not isinstance(text, str):
+        return ()
+    node, evidence = _tree(text, latest_ok, comparison=False)
+    # a stand-in identifier (``_substitute_tool_names``) is shown as the tool name it stands for
+    original = {stand_in: name for stand_in in evidence if stand_in not in latest_ok
+                for name in latest_ok if latest_ok[name] is evidence[stand_in]}
+    found: dict[str, float] = {}
+
+    def walk(n: ast.AST) -> None:
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)):
+            first = str(_path(n)[0])
+            shown = ast.unparse(n).replace(first, original.get(first, first), 1)
+            value = _value(n, evidence)
+            skipped = any(shown == r or shown.startswith((r + ".", r + "[")) for r in skip_roots)
+            if not skipped and isinstance(value, (int, float)):
+                found.setdefault(shown, value)
+            return
+        for child in (n.args if isinstance(n, ast.Call) else ast.iter_child_nodes(n)):  # not a function's name
+            walk(child)
+
+    walk(node)
+    return tuple(found.items())
+
+
 def holds(text: str, latest_ok: Mapping[str, Any]) -> bool | None:
     """Whether a comparison ``left op right`` holds on the evidence; None where a side is unknown.
     Numbers compare as ``numbers.compare`` does (equal within 1e-9); names compare only by == / !=."""

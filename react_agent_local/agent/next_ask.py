@@ -56,15 +56,22 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
             # 0.5B repeated a chart of 4 labels and 1 value until the loop guard stopped it).
             # On the first ask the same evidence is only a draft: it speeds decoding where the
             # model copies it and never constrains what the model writes.
+            # The numbers its expected value is computed from are named, as on a re-ask (the 1.5B
+            # subtracted another group's number from the right one in 4 of 4 two-record runs).
             narrowing, rejected = evidence.narrowing(tool), evidence.last_rejected(tool)
-            return Branch("action", tool=tool, narrowed=narrowing if rejected else (),
+            sourced = [e for e in evidence.expectations if e.tool == tool and e.sources]
+            target = "; ".join(f"{e.check.label}: the evidence gives {e.where_from()}" for e in sourced)
+            return Branch("action", tool=tool, target=target or None,
+                          narrowed=narrowing if rejected else (),
                           drafts=() if rejected else draft_texts(narrowing), summary=_summary(task, tools, tool))
         elif failing := evidence.failing(tool):
             # Asked again: the instruction names what the result must be, and an expectation
             # may narrow the arguments' grammar (e.g. an expression ending in a division).
             first = failing[0]
+            where = first.where_from()
             return Branch("action", tool=tool,
-                          target=first.check.label + (f" ({first.spec.hint})" if first.spec.hint else ""),
+                          target=first.check.label + (f" ({first.spec.hint})" if first.spec.hint else "")
+                          + (f"; the evidence gives {where}" if where else ""),
                           narrowed=evidence.narrowing(tool, failing), summary=_summary(task, tools, tool))
     cited = tuple(dict.fromkeys(obs_id for _, obs_id in evidence.required if obs_id))
     form, numbers, bound = final_form(evidence, cited)

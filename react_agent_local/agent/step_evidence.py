@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from .check_language import path_values
 from .claims import ResolvedCheck, fmt, resolve, resolve_checks
 from .contracts import AnswerGuide, CheckSpec, Observation, TaskSpec
 from .packs import item_key
@@ -39,6 +40,13 @@ class Expectation:
     #: the argument schemas it narrows the tool to when the tool is asked (references resolved;
     #: an argument whose reference resolves to nothing yet is left out)
     arguments: tuple[tuple[str, Any], ...]
+    #: the evidence numbers the expected value is computed from (path text, value), shown when the
+    #: tool is asked again (the 1.5B took a neighbouring row's number three times in a row)
+    sources: tuple[tuple[str, float], ...] = ()
+
+    def where_from(self) -> str:
+        """The ``sources`` as one phrase, or ''."""
+        return "; ".join(f"{path} = {fmt(value)}" for path, value in self.sources)
 
     def falls_short(self) -> str:
         """How the result fails the expectation: a wrong value, or none at all."""
@@ -148,7 +156,8 @@ def _expectations(guide: AnswerGuide | None, latest: Mapping[str, Observation],
                 arguments[name] = resolved
         found.append(Expectation(tool=owner, spec=spec, check=check,
                                  failing=missing or (check.known and not check.holds),
-                                 arguments=tuple(arguments.items())))
+                                 arguments=tuple(arguments.items()),
+                                 sources=path_values(spec.right, latest, skip_roots=(owner,))))
     return tuple(found)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.check_language import CheckLanguageError, evaluate, holds, outer_function, parse
+from agent.check_language import CheckLanguageError, evaluate, holds, outer_function, parse, path_values
 from agent.claims import resolve
 from agent.contracts import Observation
 
@@ -199,3 +199,16 @@ def test_a_bound_slot_admits_only_the_value_its_expression_has_on_the_evidence()
     assert not pattern.match("The gap is 12.25 and the lowest is 12.25 in North")
     assert not pattern.match("The gap is -68 and the lowest is 12.25 in North")
     assert bound_forms(form, []) == (None, None)
+
+
+def test_path_values_are_the_evidence_numbers_an_expression_reads():
+    text = "(records['2024-04'].values.North - records['2024-03'].values.North) / records['2024-03'].values.North * 100"
+    assert path_values(text, TWO_RECORDS) == (("records['2024-04'].values.North", 75),
+                                              ("records['2024-03'].values.North", 72))
+    # inside functions, each once, a tool's own result left out when asked, unknown paths left out
+    assert path_values("abs(calculator.value) + record.rules.floor + record.rules.floor + record.rules.ceiling",
+                       EVIDENCE, skip_roots=("calculator",)) == (("record.rules.floor", 70),)
+    assert path_values("mean(record.values)", EVIDENCE) == ()  # a whole object is no number
+    served = {"my-server.tool": obs("my-server.tool", {"n": 3})}
+    assert path_values("my-server.tool.n * 2", served) == (("my-server.tool.n", 3),)
+    assert path_values(12.5, EVIDENCE) == ()

@@ -103,3 +103,41 @@ def test_the_decision_summary_follows_the_branch():
     free, _ = ask([], mode="free")
     assert decision_summary(free, action).startswith("Model chose calculator")
     assert decision_summary(free, final).startswith("Model proposes the final answer")
+
+
+def test_a_wrong_result_is_asked_again_with_the_evidence_numbers_its_expected_value_reads(tmp_path):
+    """The re-ask names the numbers the expected value is computed from (not the tool's own result)."""
+    from agent.families import generator
+    from agent.packs import TaskPack
+
+    pack = TaskPack.load(generator("record_change")(tmp_path / "packs", 1, 0)[0])
+    data = pack.load_expected()["data"]
+    keys, group = data["keys"], data["group"]
+    found = search_knowledge(pack.knowledge_dir, f"{keys[0]} and {keys[1]} records", 5)
+    tools = pack_registry(pack) or TOOLS
+    # a difference of two numbers of another group: a wrong change, from observed numbers
+    other = next(g for g in data["before"] if g != group)
+    wrong = obs("calculator", 2, {"expression": "(test)", "value": data["after"][other] - data["before"][other] + 1000})
+    branch, evidence = ask([obs("knowledge_search", 1, found), wrong], pack=pack, tools=tools)
+    assert (branch.kind, branch.tool) == ("action", "calculator")
+    where = branch.target.split("the evidence gives ", 1)[1]
+    for key, side in ((keys[0], "before"), (keys[1], "after")):
+        shown = f"records['{key}'].values['{group}'] = {data[side][group]:g}"
+        assert shown in where
+    assert "calculator" not in where
+
+
+def test_the_first_ask_of_a_tool_with_an_expectation_names_the_numbers_it_reads(tmp_path):
+    from agent.families import generator
+    from agent.packs import TaskPack
+
+    pack = TaskPack.load(generator("record_change")(tmp_path / "packs", 1, 0)[0])
+    data = pack.load_expected()["data"]
+    keys, group = data["keys"], data["group"]
+    found = search_knowledge(pack.knowledge_dir, f"{keys[0]} and {keys[1]} records", 5)
+    branch, _ = ask([obs("knowledge_search", 1, found)], pack=pack, tools=pack_registry(pack) or TOOLS)
+    assert (branch.kind, branch.tool) == ("action", "calculator")
+    assert f"records['{keys[1]}'].values['{group}'] = {data['after'][group]:g}" in branch.target
+    assert f"records['{keys[0]}'].values['{group}'] = {data['before'][group]:g}" in branch.target
+    # the default pack's expectations read whole lists (a mean), so nothing is named there
+    assert ask([searched()])[0].target is None
