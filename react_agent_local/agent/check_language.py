@@ -425,6 +425,60 @@ def path_values(text: str, latest_ok: Mapping[str, Any], *, skip_roots: tuple[st
     return tuple(found.items())
 
 
+def worked_out(text: str, latest_ok: Mapping[str, Any]) -> str | None:
+    """The expression with the evidence put in: each path replaced by the number it reads, ``min`` /
+    ``max`` of a collection by the number it picks, ``sum`` / ``mean`` / ``count`` written out over its
+    numbers (``(72 + 78 + 81) / 3``) -- arithmetic a calculator can take; None where a part is not
+    known yet or is no number (``argmin``, ``matches``). No path is left in a text it returns."""
+    if not isinstance(text, str):
+        return None
+    node, evidence = _tree(text, latest_ok, comparison=False)
+
+    def literal(value: Fraction) -> ast.AST:
+        number = int(value) if value.denominator == 1 else float(value)
+        return ast.UnaryOp(ast.USub(), ast.Constant(-number)) if number < 0 else ast.Constant(number)
+
+    def chain(numbers: list[Fraction]) -> ast.AST:
+        tree = literal(numbers[0])
+        for value in numbers[1:]:
+            tree = ast.BinOp(tree, ast.Add(), literal(value))
+        return tree
+
+    def put(n: ast.AST) -> ast.AST:
+        if isinstance(n, ast.Constant):
+            return n
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)):
+            return literal(_number(_resolve_path(_path(n), evidence)))
+        if isinstance(n, ast.UnaryOp):
+            inner = put(n.operand)
+            if isinstance(n.op, ast.USub) and isinstance(inner, ast.UnaryOp) and isinstance(inner.operand, ast.Constant):
+                return inner.operand  # -(-5.5) is written 5.5, not --5.5
+            return ast.UnaryOp(n.op, inner)
+        if isinstance(n, ast.BinOp):
+            return ast.BinOp(put(n.left), n.op, put(n.right))
+        name = n.func.id  # a Call: _check admits no other node
+        if name in ("min", "max", "sum", "mean", "count") and len(n.args) == 1 and not isinstance(
+                n.args[0], (ast.Constant, ast.BinOp, ast.UnaryOp)):
+            collection = _eval(n.args[0], evidence)
+            numbers = [_number(v) for v in _items(collection)] if name != "count" else list(_items(collection))
+            if not numbers:
+                raise _Unknown
+            if name == "count":
+                return literal(Fraction(len(numbers)))
+            if name in ("min", "max"):
+                return literal(min(numbers) if name == "min" else max(numbers))
+            total = chain(numbers)
+            return total if name == "sum" else ast.BinOp(total, ast.Div(), literal(Fraction(len(numbers))))
+        if name in ("argmin", "argmax", "matches"):
+            raise _Unknown
+        return ast.Call(n.func, [put(a) for a in n.args], [])
+
+    try:
+        return ast.unparse(put(node))
+    except (_Unknown, ZeroDivisionError, OverflowError, ValueError, TypeError):
+        return None
+
+
 def holds(text: str, latest_ok: Mapping[str, Any]) -> bool | None:
     """Whether a comparison ``left op right`` holds on the evidence; None where a side is unknown.
     Numbers compare as ``numbers.compare`` does (equal within 1e-9); names compare only by == / !=."""

@@ -68,10 +68,10 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
             # Asked again: the instruction names what the result must be, and an expectation
             # may narrow the arguments' grammar (e.g. an expression ending in a division).
             first = failing[0]
-            where = first.where_from()
+            where = (f"; from the evidence, {first.check.label} = {first.worked}" if first.worked
+                     else f"; the evidence gives {first.where_from()}" if first.sources else "")
             return Branch("action", tool=tool,
-                          target=first.check.label + (f" ({first.spec.hint})" if first.spec.hint else "")
-                          + (f"; the evidence gives {where}" if where else ""),
+                          target=first.check.label + (f" ({first.spec.hint})" if first.spec.hint else "") + where,
                           narrowed=evidence.narrowing(tool, failing), summary=_summary(task, tools, tool))
     cited = tuple(dict.fromkeys(obs_id for _, obs_id in evidence.required if obs_id))
     form, numbers, bound = final_form(evidence, cited)

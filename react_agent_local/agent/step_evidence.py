@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from .check_language import path_values
+from .check_language import path_values, worked_out
 from .claims import ResolvedCheck, fmt, resolve, resolve_checks
 from .contracts import AnswerGuide, CheckSpec, Observation, TaskSpec
 from .packs import item_key
@@ -43,6 +43,10 @@ class Expectation:
     #: the evidence numbers the expected value is computed from (path text, value), shown when the
     #: tool is asked again (the 1.5B took a neighbouring row's number three times in a row)
     sources: tuple[tuple[str, float], ...] = ()
+    #: the expected value's expression with those numbers put in (``check_language.worked_out``), shown
+    #: when a result failed it: the 1.5B swapped a change's later and earlier value three times in a
+    #: row when shown the two numbers alone
+    worked: str | None = None
 
     def where_from(self) -> str:
         """The ``sources`` as one phrase, or ''."""
@@ -157,7 +161,8 @@ def _expectations(guide: AnswerGuide | None, latest: Mapping[str, Observation],
         found.append(Expectation(tool=owner, spec=spec, check=check,
                                  failing=missing or (check.known and not check.holds),
                                  arguments=tuple(arguments.items()),
-                                 sources=path_values(spec.right, latest, skip_roots=(owner,))))
+                                 sources=path_values(spec.right, latest, skip_roots=(owner,)),
+                                 worked=worked_out(spec.right, latest)))
     return tuple(found)
 
 

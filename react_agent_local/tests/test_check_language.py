@@ -212,3 +212,29 @@ def test_path_values_are_the_evidence_numbers_an_expression_reads():
     served = {"my-server.tool": obs("my-server.tool", {"n": 3})}
     assert path_values("my-server.tool.n * 2", served) == (("my-server.tool.n", 3),)
     assert path_values(12.5, EVIDENCE) == ()
+
+
+@pytest.mark.parametrize("text,shown", [
+    ("(records['2024-04'].values.North - records['2024-03'].values.North) / records['2024-03'].values.North * 100",
+     "(75 - 72) / 72 * 100"),
+    ("mean(records['2024-03'].values)", "(72 + 64.5 + 81) / 3"),
+    ("max(records[0].values) / min(records[0].values)", "81 / 64.5"),
+    ("count(records[1].values) * 2", "3 * 2"),
+    ("records[1].values.South - records[0].rules.floor", "60 - 70"),
+    ("-(records[0].values.South - 70)", "-(64.5 - 70)"),
+])
+def test_worked_out_puts_the_evidence_into_an_expression(text, shown):
+    from agent.check_language import worked_out
+
+    assert worked_out(text, TWO_RECORDS) == shown
+    # what it shows computes what the expression computes
+    assert evaluate(shown, {}) == evaluate(text, TWO_RECORDS)
+
+
+def test_worked_out_is_none_where_a_part_is_unknown_or_no_number():
+    from agent.check_language import worked_out
+
+    assert worked_out("argmin(record.values)", EVIDENCE) is None
+    assert worked_out("record.rules.ceiling - 1", EVIDENCE) is None
+    assert worked_out("-calculator.value", EVIDENCE) == "5.5"
+    assert worked_out(3.5, EVIDENCE) is None

@@ -105,8 +105,9 @@ def test_the_decision_summary_follows_the_branch():
     assert decision_summary(free, final).startswith("Model proposes the final answer")
 
 
-def test_a_wrong_result_is_asked_again_with_the_evidence_numbers_its_expected_value_reads(tmp_path):
-    """The re-ask names the numbers the expected value is computed from (not the tool's own result)."""
+def test_a_wrong_result_is_asked_again_with_its_expected_value_worked_out_from_the_evidence(tmp_path):
+    """The re-ask writes the expected value's expression with the evidence numbers put in."""
+    from agent.check_language import evaluate
     from agent.families import generator
     from agent.packs import TaskPack
 
@@ -120,11 +121,14 @@ def test_a_wrong_result_is_asked_again_with_the_evidence_numbers_its_expected_va
     wrong = obs("calculator", 2, {"expression": "(test)", "value": data["after"][other] - data["before"][other] + 1000})
     branch, evidence = ask([obs("knowledge_search", 1, found), wrong], pack=pack, tools=tools)
     assert (branch.kind, branch.tool) == ("action", "calculator")
-    where = branch.target.split("the evidence gives ", 1)[1]
-    for key, side in ((keys[0], "before"), (keys[1], "after")):
-        shown = f"records['{key}'].values['{group}'] = {data[side][group]:g}"
-        assert shown in where
-    assert "calculator" not in where
+    label = evidence.failing()[0].check.label
+    worked = branch.target.split(f"from the evidence, {label} = ", 1)[1]
+    assert "records" not in worked and f"{data['after'][group]:g}" in worked and f"{data['before'][group]:g}" in worked
+    right = evaluate(pack.guide(evidence.latest_ok, "en").expect[0].right, evidence.latest_ok)
+    assert evaluate(worked, {}) == right  # what it shows is what the result must be
+    # the default pack's average is written out over the batches
+    branch, _ = ask([searched(), averaged(value=sum(BATCHES.values()))])
+    assert " + ".join(f"{v:g}" for v in BATCHES.values()) in branch.target
 
 
 def test_the_first_ask_of_a_tool_with_an_expectation_names_the_numbers_it_reads(tmp_path):
