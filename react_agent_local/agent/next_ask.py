@@ -50,7 +50,8 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
             covered = evidence.covered.get(tool, {})
             missing = next((item for item in items if item_key(item) not in covered), None)
             if missing is not None:
-                return Branch("action", tool=tool, target=missing, summary=_summary(task, tools, tool))
+                return Branch("action", tool=tool, target=missing, narrowed=_not_again(tools, tool, covered),
+                              summary=_summary(task, tools, tool))
         elif tool not in evidence.latest_ok:
             # After a rejected call the tool's expectations narrow the arguments they can (the
             # 0.5B repeated a chart of 4 labels and 1 value until the loop guard stopped it).
@@ -77,6 +78,21 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
     form, numbers, bound = final_form(evidence, cited)
     return Branch("final", evidence_ids=cited, answer_form=form, numbers=numbers, bound=bound, language=language,
                   summary=task.summaries.get("final", FINAL_SUMMARY))
+
+
+def _not_again(tools: ToolRegistry, tool: str, covered: dict[str, str]) -> tuple[tuple[str, Any], ...]:
+    """The tool's choice arguments (an ``enum``, e.g. the fact names of a bound ``lookup_fact``)
+    without the items its Observations already cover: the 1.5B, asked for 'Utrecht area', looked up
+    'Utrecht area (square miles)' three times over. Nothing is narrowed where no choice is left."""
+    narrowed = []
+    for field, schema in (tools.get(tool).compact_schema().get("properties") or {}).items():
+        choices = schema.get("enum") if isinstance(schema, dict) else None
+        if not isinstance(choices, list):
+            continue
+        left = [c for c in choices if not (isinstance(c, str) and item_key(c) in covered)]
+        if left and len(left) < len(choices):
+            narrowed.append((field, {**schema, "enum": left}))
+    return tuple(narrowed)
 
 
 def _free(task: TaskSpec, evidence: StepEvidence, tools: ToolRegistry, language: str) -> Branch:

@@ -145,3 +145,26 @@ def test_the_first_ask_of_a_tool_with_an_expectation_names_the_numbers_it_reads(
     assert f"records['{keys[0]}'].values['{group}'] = {data['before'][group]:g}" in branch.target
     # the default pack's expectations read whole lists (a mean), so nothing is named there
     assert ask([searched()])[0].target is None
+
+
+def test_a_fact_already_looked_up_is_not_offered_again_for_a_missing_one(tmp_path):
+    """After a near-miss fact, the lookup's name choice no longer holds the names already observed."""
+    from agent.families import generator
+    from agent.packs import TaskPack
+    from agent.tools.facts import load_facts
+
+    pack = next(p for p in (TaskPack.load(r) for r in generator("fact_arithmetic")(tmp_path / "packs", 12, 0))
+                if any(n.endswith(")") for n in load_facts(p.knowledge_dir)))  # one with a near-miss unit
+    tools = pack_registry(pack)
+    names = list(load_facts(pack.knowledge_dir))
+    wanted = pack.task.subgoals["lookup_fact"]
+    first, second = wanted[0], wanted[1]
+    near = next(n for n in names if n not in wanted and n.startswith(second))
+    seen = [obs("lookup_fact", 1, {"fact": first, "value": 1}), obs("lookup_fact", 2, {"fact": near, "value": 2})]
+    branch, _ = ask(seen, pack=pack, tools=tools)
+    assert (branch.tool, branch.target) == ("lookup_fact", second)
+    (field, schema), = branch.narrowed
+    assert second in schema["enum"] and first not in schema["enum"] and near not in schema["enum"]
+    assert set(schema["enum"]) == set(names) - {first, near}
+    # the first ask narrows nothing: every name is still a choice
+    assert ask([], pack=pack, tools=tools)[0].narrowed == ()
