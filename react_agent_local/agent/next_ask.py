@@ -99,7 +99,11 @@ def _free(task: TaskSpec, evidence: StepEvidence, tools: ToolRegistry, language:
     # The Final is one of the choices only once the evidence gate could accept one: until then
     # the grammar offers the tools alone (the 1.5B answered after one of two lookups, inventing
     # the other, until the premature-final guard: 9 of 10 free runs).
-    citable = tuple(o.id for o in evidence.observations[-VISIBLE_OBSERVATIONS:] if o.ok) if evidence.ready else ()
+    # The ids a Final must cite stay citable when older than the window of visible Observations (a
+    # session's later turn could otherwise only finish by looking a required fact up again).
+    required = tuple(obs_id for _, obs_id in evidence.required if obs_id)
+    recent = tuple(o.id for o in evidence.observations[-VISIBLE_OBSERVATIONS:] if o.ok)
+    citable = tuple(i for i in dict.fromkeys(required) if i not in recent) + recent if evidence.ready else ()
     form, numbers, bound = final_form(evidence, citable)
     # The model chooses, but it is told which declared item no Observation covers yet (free-mode
     # runs of the population pack looked the same fact up until the loop guard).

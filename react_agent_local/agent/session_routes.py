@@ -10,7 +10,8 @@ any run: ``GET /agent/runs/{id}``, its event stream, cancel, approvals, artifact
                                          sampling, tools, approval), the ``mode`` of its turns and
                                          optionally ``from_run``: a finished run that becomes turn 1
     GET  /agent/sessions                 the list entries, newest first (``SessionLog.summary``)
-    GET  /agent/sessions/{id}            its turns: message, state, final, stop_reason, run_id
+    GET  /agent/sessions/{id}            its turns: message, question (``pack`` or ``follow_up``), state,
+                                         final, stop_reason, run_id
     POST /agent/sessions/{id}/turns      ``{"message"}``: queue the next turn; 202 with its run id
 
 The routes sit behind the runner's browser boundary like every other; only the POSTs change
@@ -183,9 +184,10 @@ class SessionDesk:
             running = self._running_turn(session_id)
         return {**log.summary(), "mode": runner.get("mode"), "from_run": log.meta.get("from_run"),
                 "running_run_id": running,
-                "turns": [{"turn": t.number, "message": t.message, "state": t.state, "stop_reason": t.stop_reason,
-                           "final": t.final, "observation_ids": [o.id for o in t.observations],
-                           "run_id": run_ids.get(t.number)} for t in log.turns()]}
+                "turns": [{"turn": t.number, "message": t.message, "question": t.question, "state": t.state,
+                           "stop_reason": t.stop_reason, "final": t.final,
+                           "observation_ids": [o.id for o in t.observations], "run_id": run_ids.get(t.number)}
+                          for t in log.turns()]}
 
     def list(self) -> list[dict[str, Any]]:
         return self.store.list()
@@ -318,7 +320,7 @@ def _import_run(session: Session, run: dict[str, Any]) -> None:
         if isinstance(obs, dict) and isinstance(obs.get("id"), str) and obs["id"] not in observation_ids:
             observation_ids.append(obs["id"])
     session.append("turn.run", turn=1, run_id=run["id"])
-    session.append("turn.started", turn=1, message=goal, prior_observations=0, carried_messages=0,
+    session.append("turn.started", turn=1, message=goal, question="pack", prior_observations=0, carried_messages=0,
                    from_run=run["id"])
     session.sync()
     for event in events:

@@ -168,3 +168,14 @@ def test_a_fact_already_looked_up_is_not_offered_again_for_a_missing_one(tmp_pat
     assert set(schema["enum"]) == set(names) - {first, near}
     # the first ask narrows nothing: every name is still a choice
     assert ask([], pack=pack, tools=tools)[0].narrowed == ()
+
+
+def test_free_mode_keeps_a_required_observation_citable_past_the_visible_window():
+    from agent.prompting import VISIBLE_OBSERVATIONS
+
+    many = [averaged(n=i + 2) for i in range(VISIBLE_OBSERVATIONS + 2)]  # later calculator calls
+    seen = [searched(), *many, plotted(n=len(many) + 2)]
+    branch, evidence = ask(seen, mode="free")
+    assert "obs-knowledge_search-1" not in [o.id for o in seen[-VISIBLE_OBSERVATIONS:]]
+    assert branch.evidence_ids[0] == "obs-knowledge_search-1"
+    assert branch.evidence_ids[1:] == tuple(o.id for o in seen[-VISIBLE_OBSERVATIONS:])

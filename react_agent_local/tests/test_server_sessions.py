@@ -18,6 +18,7 @@ from agent.backends.scripted import ScriptedPolicy
 from agent.model_policy import ModelRequest
 from agent.packs import load_pack
 from agent.sessions.store import SessionStore
+from agent.sessions.turns import UNRECORDED_EVENTS
 from runtime_helpers import chain_outputs
 from server_support import PAGE_ORIGIN, assert_complete_trace, make_client, wait_for, wait_terminal
 from workspace_support import FIXTEST_PACK
@@ -403,3 +404,60 @@ def test_retention_and_the_size_cap_come_from_the_session_store(tmp_path):
         refused = ask(client, made[-1], FOLLOW_UP)
         assert (refused["status"], refused["error"]["code"]) == ("failed", "session_full")
         assert [t["state"] for t in client.get(f"/agent/sessions/{made[-1]}").json()["turns"]] == ["finished"]
+        assert [e["type"] for e in refused["events"]] == ["session.compacted", "run.finished"]
+        assert [e["seq"] for e in refused["events"]] == [1, 2]
+
+
+def test_a_compaction_is_the_first_event_of_its_turns_run_view(tmp_path):
+    cap = 20_000
+    with make_client(tmp_path / "runs", None, policy_factory=Policies(), test_policy=True,
+                     max_session_bytes=cap) as client:
+        session = create(client)
+        first = ask(client, session["id"], PACK.task.goal)
+        assert "session.compacted" not in [e["type"] for e in first["events"]]
+        size = settled(client, session["id"])["bytes"]
+        scratch = SessionStore(tmp_path / "scratch", max_session_bytes=cap)  # the runner's store, as configured
+        compact_at = scratch.compact_bytes
+        scratch.close()
+        assert compact_at < size < cap  # past the compaction size, under the cap: the next turn compacts first
+        second = ask(client, session["id"], FOLLOW_UP)
+        assert second["status"] == "completed"
+        assert_complete_trace(second["events"])
+        compacted, started = second["events"][:2]
+        assert (compacted["type"], compacted["seq"], started["type"]) == ("session.compacted", 1, "run.started")
+        assert compacted["bytes_after"] < size and compacted["phase"] == "session"
+        # A poller past it gets the rest, one from the start gets it too, and so does the stream.
+        after = client.get(f"/agent/runs/{second['id']}", params={"after_seq": 1}).json()["events"]
+        assert after == second["events"][1:]
+        assert client.get(f"/agent/runs/{second['id']}", params={"after_seq": 0}).json()["events"][0] == compacted
+        stream = client.get(f"/agent/runs/{second['id']}/events").text
+        assert stream.index('"session.compacted"') < stream.index('"run.started"')
+        view = settled(client, session["id"])
+        assert view["compactions"] == 1 and [t["question"] for t in view["turns"]] == ["pack", "follow_up"]
+        # The session keeps the turn's events under the same numbers.
+        reader = SessionStore(tmp_path / "runs" / "sessions")
+        [_, turn] = reader.read(session["id"]).turns()
+        reader.close()
+        kept = [e for e in second["events"] if e["type"] not in UNRECORDED_EVENTS]
+        assert [(e["seq"], e["type"]) for e in turn.events] == [(e["seq"], e["type"]) for e in kept]
+
+
+def test_the_session_bodies_are_published_like_the_run_body(client):
+    """``/openapi.json`` publishes each POST body as a component generated from its class, and the
+    route's request body names it: POST /agent/runs, and the two session POSTs the same way."""
+    from agent.contracts import RunRequest
+    from agent.session_routes import SessionRequest, TurnRequest
+
+    spec = client.get("/openapi.json").json()
+    for path, body in (("/agent/runs", RunRequest), ("/agent/sessions", SessionRequest),
+                       ("/agent/sessions/{session_id}/turns", TurnRequest)):
+        request = spec["paths"][path]["post"]["requestBody"]
+        assert request["required"] is True
+        assert request["content"]["application/json"]["schema"] == {"$ref": f"#/components/schemas/{body.__name__}"}
+        published, own = spec["components"]["schemas"][body.__name__], body.model_json_schema()
+        assert set(published["properties"]) == set(own["properties"]) and published["required"] == own["required"]
+        assert published["additionalProperties"] is False and published["description"] == own["description"]
+        for name, field in own["properties"].items():
+            assert published["properties"][name].get("description") == field.get("description"), (path, name)
+    sessions = spec["components"]["schemas"]["SessionRequest"]["properties"]
+    assert set(sessions) - set(spec["components"]["schemas"]["RunRequest"]["properties"]) == {"mode", "from_run"}

@@ -20,11 +20,11 @@ import pytest
 from agent import secrets
 from agent.backends.scripted import ScriptedPolicy, Slow
 from agent.model_policy import ModelRequest
-from agent.packs import PACKAGE_ROOT, load_pack
+from agent.packs import PACKAGE_ROOT, PackError, load_pack
 from agent.sessions import compaction as compaction_module
 from agent.sessions.compaction import HANDOFF_SCHEMA, CompactionSettings, Handoff
 from agent.sessions.store import SessionBusy, SessionCorrupt, SessionFull, SessionNotFound, SessionStore
-from agent.sessions.turns import Conversation
+from agent.sessions.turns import UNRECORDED_EVENTS, Conversation
 from agent.tools import ToolRegistry, registry_for
 from agent.tools.facts import load_facts
 from runtime_helpers import chain_outputs
@@ -149,6 +149,77 @@ def test_follow_up_turns_cite_earlier_evidence(tmp_path):
     assert [(t.number, t.state) for t in log.turns()] == [(1, "finished"), (2, "finished"), (3, "finished")]
     assert [o.id for o in log.observations()] == [*first.observation_ids, "obs-calculator-4"]
     assert log.summary()["turns"] == 3 and log.summary()["last_message"] == INVERSE
+
+
+def test_a_follow_up_asks_its_own_question_and_the_packs_goal_asks_the_packs(tmp_path):
+    """Turn 1 and a turn on the pack's goal are held to the pack's answer form and graded by its
+    ground truth; a follow-up answers in prose, still gated on its evidence and its claims, and its
+    metrics claim no Task Success."""
+    answers: list[str] = []  # written from turn 1's evidence, before the follow-up asks for them
+
+    def answer(index: int):
+        return lambda request: json.dumps(answers[index])
+
+    policy = ScriptedPolicy([release_step] * 4 + [answer(0), answer(1)] + [answer(1), release_step])
+    store = SessionStore(tmp_path)
+    with store.create(pack=RELEASE.name) as session:
+        chat = Conversation(session, RELEASE, policy, tools=thread_tools(RELEASE))
+        first = chat.run_turn(RELEASE.task.goal)
+        pack_final = policy.requests[-1]
+        assert first.follow_up is False and first.result.metrics.task_success is True
+        latest = {o.tool: o.result for o in first.result.observations}
+        batches = latest["knowledge_search"]["data"]["batches"]
+        lowest, average = min(batches, key=batches.get), latest["calculator"]["value"]
+        shown = json.dumps([o.result for o in first.result.observations])
+        unseen = next(n for n in range(max(batches.values()) + 1, 10**6) if str(n) not in shown)
+        answers += [f"{lowest} is the lowest, at {unseen}.",  # a number no cited Observation holds
+                    f"{lowest} is the lowest, at {batches[lowest]}; the average of all batches is {average:g}."]
+
+        second = chat.run_turn(f"Why is {lowest} the lowest?")
+        follow_up_final = policy.requests[-1]
+        assert second.follow_up is True and second.result.stop_reason == "completed"
+        gate = [e for e in second.events if e["type"] == "final.validated"]
+        assert [g["accepted"] for g in gate] == [False, True] and f"the number {unseen}" in gate[0]["message"]
+        assert second.result.final.answer == answers[1]
+        metrics = second.result.metrics
+        assert (metrics.task_success, metrics.tool_argument_accuracy, metrics.checks) == (None, None, {})
+        assert metrics.termination_correctness is True
+        # The pack's answer form and final hints are asked of the pack's question, not of the follow-up.
+        for text in (RELEASE.task.answer_form, *RELEASE.task.final_hints):
+            assert text in pack_final.messages[-1]["content"]
+            assert text not in "".join(m["content"] for m in follow_up_final.messages)
+        assert pack_final.value_schema["pattern"].startswith("^" + RELEASE.task.answer_form.split(" {")[0])
+        assert follow_up_final.value_schema["pattern"] != pack_final.value_schema["pattern"]
+
+        # The pack's goal again (however it is spaced) is the pack's question: the same prose lacks its verdict.
+        third = chat.run_turn("  " + RELEASE.task.goal.replace(" ", "\n ", 3))
+        assert third.follow_up is False and third.result.stop_reason == "completed"
+        gate = [e for e in third.events if e["type"] == "final.validated"]
+        assert [g["accepted"] for g in gate] == [False, True] and "verdict" in gate[0]["message"]
+        assert third.result.final.answer == json.loads(CHAIN[3])
+        assert set(third.result.metrics.checks) == set(first.result.metrics.checks)
+    policy.assert_complete()
+    started = [r for r in store.read(session.id).records if r["type"] == "turn.started"]
+    assert [r["question"] for r in started] == ["pack", "follow_up", "pack"]
+    assert [t["question"] for t in store.view(session.id)["turns"]] == ["pack", "follow_up", "pack"]
+
+
+def test_a_follow_up_keeps_the_packs_tools_mode_and_data_and_drops_what_it_says_of_its_answer():
+    from agent.sessions.turns import FOLLOW_UP_CLEARS, follow_up_pack
+
+    message = "Plot only the two best batches."
+    follow_up = follow_up_pack(RELEASE, message)
+    assert follow_up.task.goal == message and follow_up.family is None and follow_up.guide({}, "en") is None
+    assert RELEASE.family is not None and RELEASE.guide({}, "en") is not None
+    declared = {name for name in FOLLOW_UP_CLEARS if getattr(RELEASE.task, name)}
+    assert {"answer_form", "checks", "verdict", "final_hints", "hints", "summaries"} <= declared
+    assert all(not getattr(follow_up.task, name) for name in FOLLOW_UP_CLEARS)
+    for name in ("id", "required_tools", "tools", "mode", "subgoals", "mcp_servers", "workspace", "skills"):
+        assert getattr(follow_up.task, name) == getattr(RELEASE.task, name), name
+    assert (follow_up.name, follow_up.root, follow_up.skills) == (RELEASE.name, RELEASE.root, RELEASE.skills)
+    assert RELEASE.load_expected()["checks"]
+    with pytest.raises(PackError):
+        follow_up.load_expected()
 
 
 def test_a_turn_records_as_it_goes_and_a_refused_message_writes_nothing(tmp_path):
@@ -360,6 +431,11 @@ def test_compaction_falls_back_and_the_turn_completes(summary, reason, tmp_path)
     with session:
         event = third.compaction
         assert event is seen[0] and event["type"] == "session.compacted"
+        # numbered as the turn's first event, the run's after it, as the sink and the result both show
+        assert [e["seq"] for e in seen] == list(range(1, len(seen) + 1)) and seen[1]["type"] == "run.started"
+        assert third.events == seen
+        recorded = store.read(session.id).turns()[-1].events
+        assert recorded == [e for e in seen if e["type"] not in UNRECORDED_EVENTS]
         assert (event["method"], event["fallback_reason"]) == ("digests", reason)
         assert event["tokens_after"] < event["tokens_before"]
         assert event["messages_after"] == event["messages_before"] == 4

@@ -134,7 +134,8 @@ def chat_main(args: argparse.Namespace) -> int:
                 result = turn.result
                 completed = completed and result.status == "completed"
                 if args.json:
-                    print(json.dumps({"session": session.id, "turn": turn.turn, "status": result.status,
+                    print(json.dumps({"session": session.id, "turn": turn.turn,
+                                      "question": "follow_up" if turn.follow_up else "pack", "status": result.status,
                                       "stop_reason": result.stop_reason,
                                       "final": result.final.model_dump() if result.final else None,
                                       "observation_ids": turn.observation_ids,

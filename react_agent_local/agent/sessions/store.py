@@ -6,8 +6,10 @@ one record, a JSON object with ``uuid``, ``parent_uuid`` (the record before it; 
 first), ``type`` and ``at`` (UTC time), then its payload:
 
     session_meta     first, once: ``id``, ``created_at``, ``format``, ``pack`` and caller metadata
-    turn.started     ``turn`` (1, 2, ...) and the user's ``message``
-    event            ``turn`` and one trace event of that turn's run (``agent/trace.py``)
+    turn.started     ``turn`` (1, 2, ...), the user's ``message`` and its ``question``: ``pack`` (the
+                     pack's own) or ``follow_up`` (the turn's own; ``agent/sessions/turns.py``)
+    event            ``turn`` and one event of that turn: its ``session.compacted`` first when a
+                     compaction ran before it, then its run's trace events (``agent/trace.py``)
     observation      ``turn`` and one Observation, kept when compaction drops a turn's events
     turn.finished    ``turn``, ``status``, ``stop_reason``, ``final``, ``error``, ``observation_ids``
     turn.interrupted ``turn`` and ``reason``: the process ended inside the turn (written on resume)
@@ -153,6 +155,11 @@ class TurnView:
     @property
     def stop_reason(self) -> str | None:
         return (self.ended or {}).get("stop_reason")
+
+    @property
+    def question(self) -> str | None:
+        """``pack`` or ``follow_up`` (None for a turn recorded before turns said which)."""
+        return self.started.get("question")
 
 
 @dataclass
@@ -606,7 +613,7 @@ class SessionStore:
         """A session for display: its list entry and its turns (message, state, answer, events)."""
         log = self.read(session_id)
         return {**log.summary(), "turns": [
-            {"turn": t.number, "message": t.message, "state": t.state, "final": t.final,
+            {"turn": t.number, "message": t.message, "question": t.question, "state": t.state, "final": t.final,
              "stop_reason": t.stop_reason, "observation_ids": [o.id for o in t.observations],
              "events": t.events} for t in log.turns()]}
 

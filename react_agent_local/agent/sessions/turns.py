@@ -6,8 +6,8 @@ session (citable by its id; the Final gate and the claim check read them like th
 the run's ids continue their numbering), the carried conversation (``compaction.Context``) and a
 note that states the new message. Everything the run emits is recorded as it happens::
 
-    [compaction, when due: the file rewritten with a ``compacted`` record; event session.compacted]
-    turn.started (fsynced)  ->  event ... event  ->  turn.finished (fsynced)
+    [compaction, when due: the file rewritten with a ``compacted`` record]
+    turn.started (fsynced)  ->  [event session.compacted]  ->  event ... event  ->  turn.finished (fsynced)
 
 A process killed inside a turn leaves it open; the next ``SessionStore.open`` marks it
 ``turn.interrupted`` and its Observations stay in the session. ``run_turn`` refuses a turn only
@@ -23,9 +23,21 @@ Use (the runner's endpoints and ``react-agent chat`` do the same)::
         result = chat.run_turn("What is the average Task Success?", sink=print)
         result.result.final, result.events, result.compaction
 
-The pack's tools, answer guide and grading stay the pack's: a turn's Final is held to the pack's
-answer form when it has one (or the one its tools offer), and its metrics grade it against the
-pack's ground truth, which describes the pack's own goal.
+The pack's question and a follow-up's. The first turn, and any turn whose message is the pack's own
+goal, asks the pack's question: its Final is held to the pack's answer guide (its answer form,
+checks, verdict and expectations, or the ones its family offers) and its metrics grade it against
+the pack's ground truth. Any other turn is a follow-up that asks its own question
+(``follow_up_pack``): the pack's tools, mode, subgoals and data, none of what the pack says about
+its own answer (``FOLLOW_UP_CLEARS``), so its Final is free prose, still gated by the runtime on its
+evidence and its claims (cited Observations that exist, numbers grounded in them, comparisons that
+hold); and no ground truth describes its question, so its metrics report Task Success, tool
+argument accuracy and the checks as N/A (None, ``{}``). ``turn.started`` records which it was
+(``question``: ``pack`` or ``follow_up``).
+
+Event numbers. A compaction happens before the turn's run starts; its ``session.compacted`` event is
+the turn's first event (``seq`` 1) and the run's events follow it (their ``seq`` one higher than
+the run's own trace numbers them), so the turn's run view on the runner (``after_seq``) and the
+session file show the same events under the same numbers.
 """
 
 from __future__ import annotations
@@ -35,9 +47,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..contracts import Budgets, RunResult, Sampling
+from ..contracts import Budgets, RunResult, Sampling, TaskSpec
 from ..model_policy import ModelUnavailable
-from ..packs import TaskPack
+from ..packs import PackError, TaskPack
 from ..runtime import PolicySource, PriorTurns, run_agent
 from ..tools import ToolRegistry, registry_for
 from ..trace import redact
@@ -49,6 +61,14 @@ NOTE = ("The user's next message, the task of this turn: {message} "
         "Observations of earlier turns keep their ids and may be cited.")
 #: events the session does not keep (the live view's progress ticks)
 UNRECORDED_EVENTS = frozenset({"model.progress"})
+#: What a follow-up turn's task leaves out of the pack's: everything the pack says about the answer
+#: to its own question -- the answer guide's fields (answer form, checks, verdict, final hints,
+#: expectations on tool results), the family whose default guide would fill them in, and the tool
+#: hints and step summaries written for that question. Each is set, not left out, because a field
+#: ``task.json`` sets, even empty, replaces the family's default (``contracts.TaskSpec.guide_over``).
+#: The tools, mode, subgoals (the evidence a Final cites) and data stay the pack's.
+FOLLOW_UP_CLEARS = ("family", "answer_form", "checks", "verdict", "final_hints", "expect", "hints", "summaries")
+NO_GROUND_TRUTH = "a follow-up turn asks its own question: the pack's ground truth grades the pack's question only"
 
 Sink = Callable[[dict[str, Any]], None]
 
@@ -56,14 +76,44 @@ Sink = Callable[[dict[str, Any]], None]
 @dataclass
 class TurnResult:
     """A finished turn: its number, the run's result (``observations`` holds the session's, earlier
-    turns' first), the run's events, the ids of the Observations it made, and the compaction that
-    ran before it (its ``session.compacted`` event), if one did."""
+    turns' first), the turn's events as its run view numbers them (the compaction's first, when one
+    ran), the ids of the Observations it made, the compaction that ran before it (its
+    ``session.compacted`` event), if one did, and whether it was a follow-up (its own question, not
+    the pack's)."""
 
     turn: int
     result: RunResult
     events: list[dict[str, Any]]
     observation_ids: list[str]
     compaction: dict[str, Any] | None = None
+    follow_up: bool = False
+
+
+class FollowUpPack(TaskPack):
+    """A pack as a follow-up turn runs it (``follow_up_pack``): the pack's ground truth describes the
+    pack's question, not the turn's, so there is none to load and the run's metrics report no Task
+    Success (``metrics.compute_metrics`` reads a ``PackError`` as "no ground truth")."""
+
+    def load_expected(self) -> dict[str, Any]:
+        raise PackError(NO_GROUND_TRUTH)
+
+
+def follow_up_task(task: TaskSpec, message: str) -> TaskSpec:
+    """``task`` with ``message`` as its goal and the fields of ``FOLLOW_UP_CLEARS`` set to their defaults."""
+    cleared = {name: TaskSpec.model_fields[name].get_default(call_default_factory=True) for name in FOLLOW_UP_CLEARS}
+    return task.model_copy(update={"goal": message, **cleared})
+
+
+def follow_up_pack(pack: TaskPack, message: str) -> FollowUpPack:
+    """The pack a follow-up turn with ``message`` runs (see the module docstring)."""
+    fields = {f.name: getattr(pack, f.name) for f in dataclasses.fields(pack)}
+    return FollowUpPack(**{**fields, "task": follow_up_task(pack.task, message)})
+
+
+def asks_pack_question(pack: TaskPack, number: int, message: str) -> bool:
+    """Turn ``number`` with ``message`` asks the pack's own question: it is the first, or its
+    message is the pack's goal (compared as ``run_turn`` writes a message, on one line)."""
+    return number == 1 or message == " ".join(pack.task.goal.split())
 
 
 class Conversation:
@@ -99,7 +149,8 @@ class Conversation:
     def run_turn(self, message: str, *, sink: Sink | None = None,
                  cancel: threading.Event | None = None) -> TurnResult:
         """Run one turn with ``message`` as its goal; ``sink`` receives each event as it happens
-        (the run's trace events, and ``session.compacted`` before the turn when compaction ran)."""
+        (``session.compacted`` first when compaction ran, then the run's trace events, numbered
+        as the turn numbers them: see "Event numbers" above)."""
         message = " ".join(str(message).split())  # one line: the goal of a run
         if not message:
             raise ValueError("a turn needs a message")
@@ -107,8 +158,11 @@ class Conversation:
             raise ValueError(f"a message has at most {MAX_MESSAGE_CHARS} characters")
         with self._lock:
             compaction = self._compact_if_due(cancel)
-            if compaction is not None and sink is not None:
-                sink(compaction)
+            if compaction is not None:
+                # the turn's first event: the run's own follow it, numbered from 2 (``_run``)
+                compaction = {"seq": 1, "step": 0, "attempt": 0, "elapsed_ms": 0.0, **compaction}
+                if sink is not None:
+                    sink(compaction)
             if self.session.size > self.session.store.max_session_bytes:
                 raise SessionFull(f"session {self.session.id} is at its size cap "
                                   f"({self.session.size} bytes); start a new session")
@@ -123,24 +177,33 @@ class Conversation:
         context = build_context(log, self.registry)
         observations = tuple(log.observations())
         number = log.next_turn()
+        follow_up = not asks_pack_question(self.pack, number, message)
         prior = PriorTurns(observations=observations, history=tuple(context.pairs),
                            notes=(NOTE.format(message=message),) if context.pairs else ())
-        session.append("turn.started", turn=number, message=message, prior_observations=len(observations),
-                       carried_messages=2 * len(context.pairs))
+        session.append("turn.started", turn=number, message=message, question="follow_up" if follow_up else "pack",
+                       prior_observations=len(observations), carried_messages=2 * len(context.pairs))
         session.sync()
         session.dropped_events = 0
         unrecorded = [0]
+        offset = 0 if compaction is None else compaction["seq"]  # the events before the run's first
 
-        def record(event: dict[str, Any]) -> None:
+        def keep(event: dict[str, Any]) -> None:
             if event.get("type") not in UNRECORDED_EVENTS:
                 try:
                     session.append("event", turn=number, event=event)
                 except (OSError, SessionError):  # a full disk must not end the turn; turn.finished says so
                     unrecorded[0] += 1
+
+        def record(event: dict[str, Any]) -> None:
+            event = _renumbered(event, offset)
+            keep(event)
             if sink is not None:
                 sink(event)
 
-        pack = dataclasses.replace(self.pack, task=self.pack.task.model_copy(update={"goal": message}))
+        if compaction is not None:
+            keep(compaction)  # the sink has had it, before the turn started
+        pack = (follow_up_pack(self.pack, message) if follow_up
+                else dataclasses.replace(self.pack, task=self.pack.task.model_copy(update={"goal": message})))
         artifact_dir = session.store.artifact_dir(session.id) / f"turn-{number}"
         try:
             outcome = run_agent(pack, self._policy or self._load, self.budgets, artifact_dir=artifact_dir,
@@ -151,6 +214,7 @@ class Conversation:
             session.sync()
             raise
         result = outcome.result
+        events = [*([compaction] if compaction is not None else []), *(_renumbered(e, offset) for e in outcome.events)]
         new_ids = [o.id for o in result.observations[len(observations):]]
         session.append("turn.finished", turn=number, status=result.status, stop_reason=result.stop_reason,
                        final=result.final.model_dump() if result.final else None,
@@ -158,8 +222,8 @@ class Conversation:
                        metrics=result.metrics.model_dump() if result.metrics else None,
                        observation_ids=new_ids, dropped_events=session.dropped_events + unrecorded[0])
         session.sync()
-        return TurnResult(turn=number, result=result, events=outcome.events, observation_ids=new_ids,
-                          compaction=compaction)
+        return TurnResult(turn=number, result=result, events=events, observation_ids=new_ids, compaction=compaction,
+                          follow_up=follow_up)
 
     def _load(self) -> Any:
         """The runtime's model loader for the first turn: load once, keep it for the next turns."""
@@ -205,6 +269,11 @@ class Conversation:
             except ModelUnavailable:
                 return None
         return self._policy
+
+
+def _renumbered(event: dict[str, Any], offset: int) -> dict[str, Any]:
+    """A run's event as the turn numbers it: ``offset`` events (the compaction's) come before the run's."""
+    return {**event, "seq": event["seq"] + offset} if offset and isinstance(event.get("seq"), int) else event
 
 
 def _registry(pack: TaskPack) -> ToolRegistry:
