@@ -12,7 +12,8 @@ How a policy gets its candidate is its own business; what the model is asked is 
 into the assistant turn (type, tool or evidence_ids) and continue it under a grammar built from
 the value schema -- a ``ModelRequest`` to their ``generate``. A served model with native tool
 calling takes it as a conversation (``conversation()``) and returns the Decision as structured
-data (``Candidate.decision``).
+data (``Candidate.decision``), and any other calls of the same reply as ``Candidate.further_calls``
+(the runtime runs them with the first when all are read-only: ``tool_batch.py``).
 
 Backends (one module each, heavy imports inside): ``backends/llama_cpp.py``,
 ``backends/transformers_backend.py``; ``backends/scripted.py`` is the test policy and is
@@ -134,11 +135,12 @@ class DecisionRequest:
 
         return continuation_turn(self.prompt())
 
-    def conversation(self, arguments: dict[str, dict[str, Any]], names: dict[str, str]) -> Conversation:
+    def conversation(self, arguments: dict[str, dict[str, Any]], names: dict[str, str],
+                     replies: dict[str, int] | None = None) -> Conversation:
         """The prompt as a served model's conversation (``rendering.render_conversation``)."""
         from .rendering import render_conversation
 
-        return render_conversation(self.prompt(), arguments, names)
+        return render_conversation(self.prompt(), arguments, names, replies)
 
     def code_turn_field(self, code_turns: bool) -> str | None:
         """The branch's code argument when a policy with ``code_turns`` asks for it in a turn of its own."""
@@ -263,12 +265,28 @@ class Generation:
     restored_tokens: int = 0
 
 
+@dataclass(frozen=True)
+class FurtherCall:
+    """One more tool call of a served reply, after the one its Decision holds."""
+
+    tool: str  # the tool's name in the run's registry (``final_answer`` for an answer)
+    arguments: dict[str, Any]  # repaired like the first call's (``backends/call_repair.py``)
+    call_id: str = ""  # the server's id of the call ("" where it gave none)
+    #: why the call cannot run as it came (its arguments are not a JSON object, even repaired); None: it can
+    fault: str | None = None
+
+
 @dataclass
 class Candidate(Generation):
     """A policy's answer: the continuation ``text`` after the branch's prefix, or a structured
     ``decision`` (native tool calling); plus usage. Neither is trusted: the runtime validates it."""
 
     decision: dict[str, Any] | None = None
+    #: the server's id of the tool call in ``decision`` ("" where it gave none, or the call was in the text)
+    call_id: str = ""
+    #: the reply's other tool calls, in its order (a served model asked for parallel calls): the
+    #: runtime runs them with the first only when every call is read-only (``tool_batch.py``)
+    further_calls: tuple[FurtherCall, ...] = ()
     protocol_repairs: int = 0  # malformed-but-recoverable replies the policy fixed up (counted)
     #: what each of those fixes was (kind, SHA-256 of the text it started from, fields changed);
     #: the runtime traces them as ``model.call.repaired``

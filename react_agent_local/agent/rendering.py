@@ -12,7 +12,7 @@ The runtime's JSON prefix (``Branch.prefix``) opens the assistant turn after it.
 
 ``render_conversation`` is rebuilt every step (a server keeps no state of ours): the task, each
 visible Observation as the model's tool call and its result paired by id (a failed Observation is
-an error result), then one user turn with the feedback, the budget and what this step asks for;
+an error result; the calls of one reply together, then their results in the same order), then one user turn with the feedback, the budget and what this step asks for;
 the tools go as tool definitions (``backends/served.py`` owns the wire: tool definitions, call
 ids, ``final_answer``, reading the reply).
 
@@ -23,6 +23,7 @@ against a native tool call) ``SECTIONS`` says how, one row per field of ``Prompt
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -54,7 +55,8 @@ class ToolDef:
 
 @dataclass
 class Turn:
-    """One protocol-neutral turn: user text, the model's tool call, or that call's result."""
+    """One protocol-neutral turn: user text, the model's tool call, or that call's result. Calls
+    next to each other are one reply's (its results follow them): one assistant message."""
 
     kind: Literal["user", "call", "result"]
     text: str = ""
@@ -102,7 +104,8 @@ SECTIONS: dict[str, tuple[str, str]] = {
               "the tool definitions, plus final_answer; an action's turn repeats its tool's description"),
     "observations": ("the turn after each was made (NEW OBSERVATIONS; the first turn says none yet); "
                      "a compact turn lists the latest 10",
-                     "the latest 10, each as the model's call and its result (a failure is an error result)"),
+                     "the latest 10, each as the model's call and its result (a failure is an error result); "
+                     "the calls of one reply together, then their results"),
     "shown_observations": ("which Observations the earlier turns showed", "unused: rebuilt every step"),
     "feedback": ("the turn after each was given (the latest 4 of those); a compact turn: the latest 4",
                  "the latest 4, in the step's turn"),
@@ -221,16 +224,21 @@ def continuation_instruction(prompt: Prompt) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def render_conversation(prompt: Prompt, arguments: dict[str, dict[str, Any]], names: dict[str, str]) -> Conversation:
+def render_conversation(prompt: Prompt, arguments: dict[str, dict[str, Any]], names: dict[str, str],
+                        replies: dict[str, int] | None = None) -> Conversation:
     """The served conversation: ``arguments`` are the model's own arguments of each Observation's call
-    (by Observation id; else the attempted ones), ``names`` maps wire names to tool names."""
+    (by Observation id; else the attempted ones), ``names`` maps wire names to tool names, ``replies``
+    which reply of the model each Observation's call came in (by Observation id): the calls of one
+    reply go back together, then their results in the same order (a reply's calls run as a batch,
+    ``agent/tool_batch.py``); an Observation it does not name is a reply of its own."""
     wire = {name: w for w, name in names.items()}
     turns = [Turn("user", text=f"TASK: {prompt.goal}")]
-    for obs in prompt.observations[-VISIBLE_OBSERVATIONS:]:
-        cid = call_id(obs.id)
-        turns.append(Turn("call", call_id=cid, name=wire.get(obs.tool, obs.tool),
-                          arguments=arguments.get(obs.id, obs.attempted_arguments or {})))
-        turns.append(Turn("result", call_id=cid, text=obs.line, is_error=not obs.ok))
+    visible = prompt.observations[-VISIBLE_OBSERVATIONS:]
+    for _, group in itertools.groupby(visible, key=lambda obs: (replies or {}).get(obs.id, obs.id)):
+        batch = list(group)
+        turns += [Turn("call", call_id=call_id(obs.id), name=wire.get(obs.tool, obs.tool),
+                       arguments=arguments.get(obs.id, obs.attempted_arguments or {})) for obs in batch]
+        turns += [Turn("result", call_id=call_id(obs.id), text=obs.line, is_error=not obs.ok) for obs in batch]
     now = [*feedback_block(prompt.feedback), budget_line(prompt)]
     ask = prompt.ask
     if isinstance(ask, ActionAsk):

@@ -6,7 +6,8 @@ The model only proposes; this module decides what is asked, what runs, what is r
 the run ends. Every run ends with exactly one ``run.finished`` event. Its helpers are pure or behind
 one call: the evidence of a step (``step_evidence.py``), what to ask next (``next_ask.py``), a
 traced call of the policy (``model_call.py``), one tool attempt in a thread or the worker process
-(``execution.py``), the run's tools and MCP servers (``mcp_binding.py``).
+(``execution.py``), the calls of one served reply, run together when all are read-only
+(``tool_batch.py``), the run's tools and MCP servers (``mcp_binding.py``).
 
 Faults by who is at fault:
     model faults     bad JSON, unknown tool, bad arguments, premature Final -> feedback, loop goes on
@@ -38,6 +39,7 @@ from .operands import check_operands
 from .packs import TaskPack, goal_language
 from .prompting import INVALID_TURN, Branch, PromptState, guide_check_lines, model_turn
 from .step_evidence import StepEvidence, premature, step_evidence
+from .tool_batch import Batch, Call, plan
 from .tools import WORKSPACE_TOOLS, ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError
 from .trace import Trace
 from .workspace import WorkspaceOptions, WorkspaceUnavailable
@@ -108,6 +110,8 @@ class Run:
         self._history: list[tuple[str, str]] = list(prior.history)
         self._shown = (len(self.observations), 0)  # Observations and feedback lines the history has shown
         self._turn: str | None = None  # the user turn of the call whose Decision is being parsed
+        self._reply: Candidate | None = None  # the reply the latest Decision came in (its further calls)
+        self.batch = Batch([], [])  # this step's calls of that reply (``tool_batch.py``)
         self.step = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -137,14 +141,15 @@ class Run:
                         final = decision
                         raise _Stop("completed")
                     continue
-                self.usage.action_attempts += 1
-                arguments = self._validate(decision)                              # argument contract
-                if arguments is None:
-                    continue
-                normalized = arguments.model_dump()
-                self._guard_repeated_action(decision.tool, normalized)           # loop guard
-                result, failure = self._dispatch_with_retry(decision.tool, arguments, normalized)  # tool
-                self._observe(decision.tool, result, failure)                     # Observation + guard
+                for call in self._batch(decision).calls:                          # the reply's calls, in order
+                    self.usage.action_attempts += 1
+                    arguments = self._validate(call)                              # argument contract
+                    if arguments is None:
+                        continue
+                    normalized = arguments.model_dump()
+                    self._guard_repeated_action(call.tool, normalized)           # loop guard
+                    result, failure = self._dispatch_with_retry(call, arguments, normalized)  # tool
+                    self._observe(call.tool, result, failure, **call.where)      # Observation + guard
         except _Stop as stop:
             stop_reason, error = stop.stop_reason, stop.error
         except Exception as exc:  # noqa: BLE001 -- the run must end with run.finished, whatever happened
@@ -201,6 +206,7 @@ class Run:
                 last = error
                 continue
             self._remember_turn(model_turn(branch.prefix + candidate.text + branch.suffix))
+            self._reply = candidate
             summary = decision_summary(branch, decision)
             if attempt:
                 self.usage.recover()
@@ -274,19 +280,35 @@ class Run:
 
     # -- actions ----------------------------------------------------------------------------
 
-    def _validate(self, decision: ActionDecision) -> Any | None:
+    def _batch(self, decision: ActionDecision) -> Batch:
+        """The calls of the Decision's reply to record this step (``tool_batch.py``): its first alone,
+        or a read-only batch, which has run by now."""
+        self.batch = plan(decision, self._reply, self.tools, check=self._arguments,
+                          budget_left=self.budgets.max_tool_calls - self.usage.tool_calls)
+        if self.budgets.check_before_dispatch(self.usage, now=time.monotonic(), deadline=self.deadline) is None:
+            self.usage.tool_ms += self.batch.run(self.ctx, deadline=self.deadline, cancel=self.cancel,
+                                                 emit=self._tool_event)
+        self.feedback += self.batch.feedback()
+        return self.batch
+
+    def _arguments(self, decision: ActionDecision) -> Any:
+        """The arguments as the tool's model; ArgumentError when they break its contract."""
+        arguments = self.tools.validate(decision.tool, decision.arguments)
+        check_operands(decision.tool, arguments, self.observations, self.pack.task)  # no invented inputs
+        return arguments
+
+    def _validate(self, call: Call) -> Any | None:
         """The argument contract: valid arguments, or None after a rejected Observation."""
         try:
-            arguments = self.tools.validate(decision.tool, decision.arguments)
-            check_operands(decision.tool, arguments, self.observations, self.pack.task)  # no invented inputs
+            arguments = self._arguments(call.decision)
         except ArgumentError as error:
-            self._reject(decision, error)
+            self._reject(call.decision, error, **call.where)
             return None
         self.usage.valid_actions += 1
         self.usage.progress()
         return arguments
 
-    def _reject(self, decision: ActionDecision, error: ArgumentError) -> None:
+    def _reject(self, decision: ActionDecision, error: ArgumentError, **where: Any) -> None:
         """An argument rejection: a failed Observation and feedback; no tool call is spent."""
         obs = self._append_observation(
             decision.tool, ok=False, error=ToolErrorInfo(code="invalid_arguments", message=error.message),
@@ -296,7 +318,7 @@ class Run:
                              f"Fix the field(s) {', '.join(fields) or 'named above'} and follow the schema."[:600])
         self.trace.emit("tool.rejected", "validate", self.step, observation=obs.model_dump(),
                         bad_fields=error.bad_fields, missing_fields=error.missing, unexpected_fields=error.unexpected,
-                        state_delta={"observation_count": len(self.observations)})
+                        state_delta={"observation_count": len(self.observations)}, **where)
         self.usage.fault(until_progress=True)
         self._guard("guard.no_progress", self.budgets.repeated_action_limit,
                     ("invalid_arguments", canonical({"tool": decision.tool, "arguments": decision.arguments})),
@@ -308,25 +330,27 @@ class Run:
         self._guard("guard.loop_detected", self.budgets.repeated_action_limit, ("valid_action", signature),
                     repeated_action={"tool": tool, "arguments": normalized})
 
-    def _dispatch_with_retry(self, tool: str, arguments: Any, normalized: dict[str, Any]):
+    def _dispatch_with_retry(self, call: Call, arguments: Any, normalized: dict[str, Any]):
         """Run the tool; replay the same action on retryable errors. Returns (result, error)."""
+        tool, where = call.tool, call.where
         retries = 0
         for attempt in range(1, self.budgets.max_retries + 2):
             self._check_cancel()
             self._stop_if(self.budgets.check_before_dispatch(self.usage, now=time.monotonic(), deadline=self.deadline))
             self.usage.tool_calls += 1
-            self.trace.emit("tool.started", "tool", self.step, attempt, tool=tool, arguments=normalized)
+            self.trace.emit("tool.started", "tool", self.step, attempt, tool=tool, arguments=normalized, **where)
             try:
-                result = self._attempt(tool, arguments)
+                result = self._attempt(call, arguments)
             except ToolError as error:
                 info = ToolErrorInfo(code=error.code, message=error.message[:500], retryable=error.retryable)
                 can_retry = error.retryable and attempt <= self.budgets.max_retries
                 if error.code == "deadline_exceeded":
-                    self.trace.emit("tool.failed", "tool", self.step, attempt, tool=tool, error=info.model_dump())
-                    self._observe(tool, None, info)
+                    self.trace.emit("tool.failed", "tool", self.step, attempt, tool=tool, error=info.model_dump(),
+                                    **where)
+                    self._observe(tool, None, info, **where)
                     raise _Stop("timeout") from None
                 self.trace.emit("tool.retry" if can_retry else "tool.failed", "tool", self.step, attempt,
-                                tool=tool, error=info.model_dump())
+                                tool=tool, error=info.model_dump(), **where)
                 if not can_retry:
                     return None, info
                 self.usage.fault()
@@ -336,27 +360,32 @@ class Run:
             return result, None
         raise AssertionError("unreachable: the last attempt never retries")
 
-    def _attempt(self, tool: str, arguments: Any) -> dict[str, Any]:
-        """One attempt (``execution.py``), waited on for min(tool timeout, time left); its time counts
-        however it ends."""
+    def _attempt(self, call: Call, arguments: Any) -> dict[str, Any]:
+        """One attempt (``execution.py``), waited on for min(tool timeout, time left), or the one its
+        batch ran already; its time counts however it ends."""
         started = time.monotonic()
         try:
-            return run_attempt(self.tools.get(tool), arguments, self.ctx, deadline=self.deadline, cancel=self.cancel)
+            ran = self.batch.take(call)
+            if ran is not None:
+                return ran.result()
+            return run_attempt(self.tools.get(call.tool), arguments, self.ctx, deadline=self.deadline,
+                               cancel=self.cancel)
         except Cancelled:
             raise _Stop("cancelled") from None
         except ToolTransportError as exc:
             # Not a result the model can recover from: the tool's runtime itself is broken.
             info = ToolErrorInfo(code="tool_runtime", message=exc.message[:300])
-            self.trace.emit("tool.failed", "tool", self.step, tool=tool, error=info.model_dump())
+            self.trace.emit("tool.failed", "tool", self.step, tool=call.tool, error=info.model_dump(), **call.where)
             raise _Stop("runtime_error", info) from None
         finally:
             self.usage.tool_ms += (time.monotonic() - started) * 1000
 
-    def _observe(self, tool: str, result: dict[str, Any] | None, error: ToolErrorInfo | None) -> Observation:
+    def _observe(self, tool: str, result: dict[str, Any] | None, error: ToolErrorInfo | None,
+                 **where: Any) -> Observation:
         """Record the attempt's Observation; a result seen too often fires the no-progress guard."""
         obs = self._append_observation(tool, ok=result is not None, result=result, error=error)
         self.trace.emit("tool.observation", "observation", self.step, observation=obs.model_dump(),
-                        state_delta={"observation_count": len(self.observations)})
+                        state_delta={"observation_count": len(self.observations)}, **where)
         if error is not None:
             self.feedback.append(f"{obs.id}: {tool} failed ({error.code}): {error.message}"[:600])
             return obs

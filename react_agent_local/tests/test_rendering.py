@@ -123,6 +123,16 @@ def test_the_conversation_forces_the_branch_tool_and_pairs_each_observation():
     assert request(BRANCHES["free"]).conversation({}, names).forced is None
 
 
+def test_the_calls_of_one_reply_go_back_together_then_their_results():
+    names = wire_names(REGISTRY.names)
+    replies = {"obs-calculator-4": 7, "obs-calculator-5": 7, "obs-calculator-6": 7, "obs-calculator-8": 9}
+    turns = request(BRANCHES["free"], observations=8).conversation({}, names, replies).turns
+    shape = [(t.kind, t.call_id.rsplit("-", 1)[-1]) for t in turns[1:-1]]
+    assert shape == [("call", "1"), ("result", "1"), ("call", "2"), ("result", "2"), ("call", "3"), ("result", "3"),
+                     ("call", "4"), ("call", "5"), ("call", "6"), ("result", "4"), ("result", "5"), ("result", "6"),
+                     ("call", "7"), ("result", "7"), ("call", "8"), ("result", "8")]
+
+
 def test_a_narrowed_action_states_its_narrowed_schema_in_both():
     narrowed = {"type": "string", "pattern": "^[(]72 [+] 78[)] / 2$"}
     req = request(Branch("action", tool="calculator", narrowed=(("expression", narrowed),)), observations=2)

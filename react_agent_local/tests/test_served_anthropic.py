@@ -170,9 +170,13 @@ def test_errors_that_are_not_retried(status, kind, message, bucket):
     assert info.value.code == bucket and len(server.bodies) == 1
 
 
-def test_free_mode_uses_auto_without_parallel_tool_use(tmp_path):
-    server = FakeServer([anthropic_reply("calculator", {"expression": "2"})])
-    request = calculator_request()
-    request.branch = Branch("free")
-    anthropic_policy(server).propose(request)
-    assert server.bodies[0]["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+def test_free_mode_uses_auto_and_allows_parallel_tool_use_only_with_read_only_tools(tmp_path):
+    server = FakeServer([anthropic_reply("calculator", {"expression": "2"}),
+                         anthropic_reply("plot", {"labels": ["a"], "values": [1]})])
+    for tools in (["calculator"], ["plot"]):
+        request = calculator_request()
+        request.branch, request.tools = Branch("free"), registry_for(tools)
+        anthropic_policy(server).propose(request)
+    # the calculator is read-only: the API's default (parallel tool use) stays; plot writes a chart: one call
+    assert [b["tool_choice"] for b in server.bodies] == [{"type": "auto"},
+                                                         {"type": "auto", "disable_parallel_tool_use": True}]

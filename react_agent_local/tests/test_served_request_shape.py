@@ -226,3 +226,35 @@ def test_tool_names_fit_both_protocols():
     assert all(len(n) <= 64 and n.replace("_", "").replace("-", "").isalnum() for n in names)
     assert names["facts_lookup_fact"] == "facts.lookup_fact" and "final_answer" not in names
     assert len(set(names)) == 5
+
+
+def test_a_replayed_batch_is_a_request_every_server_accepts():
+    """The three Observations of one reply (a batch, ``agent/tool_batch.py``) go back as one assistant
+    message with the three calls and their results in order, in a free step that asks for parallel calls."""
+    from llama_cpp.server.types import CreateChatCompletionRequest
+    from anthropic.types.message_create_params import MessageCreateParamsStreaming
+    from openai.types.chat import ChatCompletionMessageParam
+
+    state = PromptState(goal=PACK.task.goal, observations=OBSERVATIONS, feedback=[], budget_left={"steps": 9})
+    request = DecisionRequest(branch=Branch("free"), state=state, tools=REGISTRY, max_new_tokens=256,
+                              sampling=Sampling())
+    replies = {o.id: 1 for o in OBSERVATIONS}
+    conversation = request.conversation({"obs-knowledge_search-1": {"query": "batches"}},
+                                        wire_names(request.tools.names), replies)
+    ids = ["call_obs-knowledge_search-1", "call_obs-calculator-2", "call_obs-calculator-3"]
+    body = openai_compatible.request_body(OPENAI_SPECS[0], request, conversation)
+    VllmChatCompletionRequest.model_validate(body)
+    CreateChatCompletionRequest.model_validate(body)
+    adapter = TypeAdapter(list[ChatCompletionMessageParam])
+    materialize(adapter.validate_python(body["messages"]))
+    assert body["parallel_tool_calls"] is True
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool", "tool", "tool", "user"]
+    assert [c["id"] for c in body["messages"][2]["tool_calls"]] == ids
+    assert [m["tool_call_id"] for m in body["messages"][3:6]] == ids
+    body = anthropic_client.request_body(AnthropicSpec(kind="anthropic", model="claude-test"), request, conversation)
+    anthropic_adapter = TypeAdapter(MessageCreateParamsStreaming)
+    materialize(anthropic_adapter.validate_python(body))
+    assert body["tool_choice"] == {"type": "auto"}
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    assert [b["id"] for b in body["messages"][1]["content"]] == ids
+    assert [b.get("tool_use_id") for b in body["messages"][2]["content"]] == [*ids, None]

@@ -2,11 +2,13 @@
 official ``anthropic`` SDK, streamed.
 
 Tools go out as ``{name, description, input_schema}``; a guided branch forces its tool with
-``{"type": "tool", "name": ...}``, free mode uses ``{"type": "auto"}``, and parallel tool use is
-disabled either way. Earlier Observations come back as an assistant ``tool_use`` block and a user
-``tool_result`` block with the same ``tool_use_id`` (``is_error: true`` for a failed Observation);
-the step's instruction follows the results in the same user message, as the API wants turns to
-alternate. ``stop_reason: "max_tokens"`` is a truncated reply, never a Final. No sampling settings are sent:
+``{"type": "tool", "name": ...}`` and disables parallel tool use; free mode uses ``{"type": "auto"}``,
+which allows it (the API's default) where a tool of the run is read-only (``served.parallel_calls``)
+and disables it otherwise. Earlier Observations come back as an assistant ``tool_use`` block and a user
+``tool_result`` block with the same ``tool_use_id`` (``is_error: true`` for a failed Observation),
+the calls of one reply as one assistant message with a ``tool_use`` block each and one user message
+with their ``tool_result`` blocks, in order; the step's instruction follows the results in the same
+user message, as the API wants turns to alternate. ``stop_reason: "max_tokens"`` is a truncated reply, never a Final. No sampling settings are sent:
 the SDK's ``messages.create`` takes none (the run's temperature applies to OpenAI-compatible servers). An ``error`` event
 inside the stream (``overloaded_error`` and the like) is bucketed like the HTTP status it stands for.
 A ``tool_use`` block's input (an object, or the streamed JSON text) is repaired like any served
@@ -23,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..model_policy import ModelUnavailable
-from .served import NO_KEY, Conversation, Reply, ServedPolicy, ToolCall
+from .served import NO_KEY, Conversation, Reply, ServedPolicy, ToolCall, parallel_calls
 
 
 def messages(conversation: Conversation) -> list[dict[str, Any]]:
@@ -58,7 +60,8 @@ def request_body(spec: Any, request: Any, conversation: Conversation) -> dict[st
         "tools": [{"name": t.name, "description": t.description, "input_schema": t.schema}
                   for t in conversation.tools],
         "tool_choice": ({"type": "tool", "name": conversation.forced, "disable_parallel_tool_use": True}
-                        if conversation.forced else {"type": "auto", "disable_parallel_tool_use": True}),
+                        if conversation.forced else {"type": "auto"} if parallel_calls(request, conversation)
+                        else {"type": "auto", "disable_parallel_tool_use": True}),
         # No temperature/top_p/top_k: the SDK's Messages.create (2.14) takes none, so the API decides.
         "stream": True,
     }

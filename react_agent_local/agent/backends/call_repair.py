@@ -17,7 +17,9 @@ What models and chat templates send instead of one clean call, and what becomes 
                        string, after a key or inside a bare number stays invalid, so half a command
                        or half a file is never run; and what a repair gives is used only when it fits
                        the tool's schema (a badly broken text is read into invented fields)
-    parallel_dropped   several calls where one was asked for: the first one is used
+    parallel_dropped   several calls where one was asked for: the first one is used (where parallel
+                       calls were asked for, ``served.further_calls`` repairs each of the others
+                       like the first, and the runtime decides whether they run)
     evidence_ids_text  ``final_answer``'s evidence_ids written as one string (``"a, b"``, ``'["a"]'``)
 
 Each repair is a ``CallRepair`` (``contracts.py``): its kind, the SHA-256 of the text it started

@@ -3,9 +3,11 @@ calling over the official ``openai`` SDK, streamed.
 
 Tools go out as ``{"type": "function", "function": {name, description, parameters}}`` (with
 ``strict: true`` and strict-mode schemas when the spec asks for them); a guided branch names its
-function in ``tool_choice``, free mode sends ``"auto"``; ``parallel_tool_calls`` is false. Earlier
+function in ``tool_choice`` and ``parallel_tool_calls`` is false; free mode sends ``"auto"``, with
+``parallel_tool_calls`` true where a tool of the run is read-only (``served.parallel_calls``). Earlier
 Observations come back as an assistant message with ``tool_calls`` and a ``tool`` message with the
-same ``tool_call_id``. ``max_tokens`` is always the runtime's bound, and ``stream_options`` asks for
+same ``tool_call_id``; the calls of one reply as one assistant message with all of them, then one
+``tool`` message per call, in order. ``max_tokens`` is always the runtime's bound, and ``stream_options`` asks for
 usage (servers that send none get an estimate). ``finish_reason: "length"`` is a truncated reply.
 What the server sends back is repaired as for every served provider (``call_repair.py``); this
 module only drops strict mode's nulls afterwards (``_tidy``).
@@ -27,6 +29,7 @@ from .served import (
     Reply,
     ServedPolicy,
     ToolCall,
+    parallel_calls,
     sampling_options,
 )
 
@@ -62,10 +65,13 @@ def messages(conversation: Conversation) -> list[dict[str, Any]]:
         if turn.kind == "user":
             out.append({"role": "user", "content": turn.text})
         elif turn.kind == "call":
-            # content "" rather than null: llama-cpp-python's server refuses a null content.
-            out.append({"role": "assistant", "content": "", "tool_calls": [{
-                "id": turn.call_id, "type": "function",
-                "function": {"name": turn.name, "arguments": json.dumps(turn.arguments, ensure_ascii=False)}}]})
+            call = {"id": turn.call_id, "type": "function",
+                    "function": {"name": turn.name, "arguments": json.dumps(turn.arguments, ensure_ascii=False)}}
+            if out[-1].get("tool_calls"):  # a call right after a call: the same reply's (a batch)
+                out[-1]["tool_calls"].append(call)
+            else:
+                # content "" rather than null: llama-cpp-python's server refuses a null content.
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
         else:
             # The protocol has no error flag on a tool message: the Observation line says FAILED.
             out.append({"role": "tool", "tool_call_id": turn.call_id, "content": turn.text})
@@ -90,7 +96,7 @@ def request_body(spec: Any, request: Any, conversation: Conversation) -> dict[st
         "tools": tools,
         "tool_choice": ({"type": "function", "function": {"name": conversation.forced}}
                         if conversation.forced else "auto"),
-        "parallel_tool_calls": False,
+        "parallel_tool_calls": parallel_calls(request, conversation),
         "max_tokens": request.max_new_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},

@@ -3,17 +3,21 @@
 
 A served policy answers ``propose`` by one streamed chat call with *tools*: the run's registry
 plus a ``final_answer`` tool (``answer``, ``evidence_ids``). A guided branch forces its tool (the
-action's tool, or ``final_answer``); free mode lets the model choose (``auto``); parallel calls are
-off. The model's tool call becomes the Candidate's structured ``decision``, which the runtime
-validates like any other. The conversation is rebuilt from the runtime's state every step, from
+action's tool, or ``final_answer``) and gets one call; free mode lets the model choose (``auto``)
+and, where a tool of the run is read-only, asks for parallel calls (``parallel_calls``). The
+model's first tool call becomes the Candidate's structured ``decision``, which the runtime
+validates like any other; the reply's other calls, each repaired the same way, its
+``further_calls``, which the runtime runs with the first when all are read-only
+(``agent/tool_batch.py``). The conversation is rebuilt from the runtime's state every step, from
 the same ``Prompt`` an in-process model's continuation is (``rendering.render_conversation``): the
 task, then each visible Observation as a tool call and its result paired by id (``tool_call_id`` /
-``tool_use_id``; a failed Observation is an error result), then what this step asks for.
+``tool_use_id``; a failed Observation is an error result; the calls of one reply together, then
+their results), then what this step asks for.
 
 What a weak model sends instead of one clean call is repaired against the called tool's schema
 in one place, ``call_repair.py`` (for every served provider): arguments wrapped in a call envelope,
 encoded twice or slightly malformed, a call written in the text instead of a native one (a
-Qwen-Coder habit on several servers), extra parallel calls dropped. Each repair is counted
+Qwen-Coder habit on several servers), extra calls dropped where one was asked for. Each repair is counted
 (``Candidate.protocol_repairs``) and described, without the text (``Candidate.call_repairs``, which
 the runtime traces). What cannot be repaired (no tool call at all, arguments that are not JSON or
 were cut inside a value) is a ``Candidate.fault``: an invalid Decision that the runtime repairs. A
@@ -51,6 +55,7 @@ from ..contracts import CallRepair
 from ..model_policy import (
     Candidate,
     DecisionRequest,
+    FurtherCall,
     ModelDescription,
     ModelUnavailable,
 )
@@ -153,36 +158,83 @@ def scrubbed(reply: Reply) -> Reply:
     return reply
 
 
+Tidy = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def parallel_calls(request: DecisionRequest, conversation: Conversation) -> bool:
+    """Whether this call asks for several tool calls in one reply: only when the model chooses its
+    tool (free mode, ``auto``) and a tool of the run is read-only, the only calls that run together
+    (``agent/tool_batch.py``); a step that forces one function gets one call."""
+    return conversation.forced is None and any(tool.read_only for tool in request.tools)
+
+
 def interpret(reply: Reply, names: dict[str, str], tools: Iterable[ToolDef] = (), forced: str | None = None,
-              tidy: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+              tidy: Tidy | None = None, parallel: bool = False,
               ) -> tuple[dict[str, Any] | None, list[CallRepair], tuple[str, str] | None]:
-    """(decision, the repairs it needed, fault) of a complete reply; ``names`` maps wire names to
-    tool names, ``tools`` are the ones the call went out with (their schemas judge a repair), and
-    ``tidy`` is the provider's last word on the arguments (strict mode's nulls)."""
+    """(decision, the repairs it needed, fault) of a complete reply's first call; ``names`` maps wire
+    names to tool names, ``tools`` are the ones the call went out with (their schemas judge a
+    repair), and ``tidy`` is the provider's last word on the arguments (strict mode's nulls). The
+    reply's other calls are dropped (a repair) unless ``parallel`` calls were asked for and the
+    first is an action: then ``further_calls`` reads them."""
     repairs = Repairs()
-    schemas = {t.name: t.schema for t in tools}
-    schemas.update({names[w]: schema for w, schema in list(schemas.items()) if w in names})
+    schemas = _schemas(names, tools)
     calls = reply.calls
     if not calls:
         recovered = recover_call(reply.text, [*schemas, *names, FINAL_TOOL], forced, schemas.get(forced or ""), repairs)
         if recovered is None:
             return None, [], ("no_tool_call", "the reply called no tool; call exactly one tool")
         calls = [ToolCall(recovered.name, recovered.arguments)]
-    if len(calls) > 1:  # parallel calls are turned off; a server that sends several gets the first one used
+    if len(calls) > 1 and not (parallel and calls[0].name != FINAL_TOOL):
         repairs.add("parallel_dropped", [{"name": c.name, "arguments": c.arguments} for c in calls[1:]], None, None)
-    call = calls[0]
+    decision, fault = _read_call(calls[0], names, schemas, tidy, repairs)
+    if fault is not None:
+        return None, [], fault  # nothing repaired was used
+    return decision, repairs.made, None
+
+
+def further_calls(reply: Reply, names: dict[str, str], tools: Iterable[ToolDef] = (),
+                  tidy: Tidy | None = None) -> tuple[tuple[FurtherCall, ...], list[CallRepair]]:
+    """The reply's calls after its first, in order, each repaired as the first is (``interpret``),
+    and the repairs they needed; a call that cannot be repaired keeps its fault (and no repairs)."""
+    schemas = _schemas(names, tools)
+    out: list[FurtherCall] = []
+    made: list[CallRepair] = []
+    for call in reply.calls[1:]:
+        repairs = Repairs()
+        decision, fault = _read_call(call, names, schemas, tidy, repairs)
+        if decision is None:
+            out.append(FurtherCall(names.get(call.name, call.name), {}, call.id, fault=fault[1]))
+            continue
+        made += repairs.made
+        arguments = {k: v for k, v in decision.items() if k != "type"} if decision["type"] == "final" \
+            else decision["arguments"]
+        out.append(FurtherCall(decision.get("tool", FINAL_TOOL), scrub_value(arguments), call.id))
+    return tuple(out), made
+
+
+def _schemas(names: dict[str, str], tools: Iterable[ToolDef]) -> dict[str, dict[str, Any]]:
+    """Each tool's schema by wire name and by tool name."""
+    schemas = {t.name: t.schema for t in tools}
+    schemas.update({names[w]: schema for w, schema in list(schemas.items()) if w in names})
+    return schemas
+
+
+def _read_call(call: ToolCall, names: dict[str, str], schemas: dict[str, dict[str, Any]], tidy: Tidy | None,
+               repairs: Repairs) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+    """(decision, None) of one call, its arguments repaired into ``repairs``; (None, fault) when they
+    cannot be."""
     name = names.get(call.name, call.name)
     try:
         arguments = repair_arguments(call.arguments, {call.name, name}, schemas.get(call.name), repairs)
     except CallFault as fault:
         what = ("are not valid JSON; write one JSON object" if fault.code == "invalid_json"
                 else "must be a JSON object")
-        return None, [], (fault.code, f"the arguments of {name[:64]} {what}")  # nothing repaired was used
+        return None, (fault.code, f"the arguments of {name[:64]} {what}")
     if tidy is not None:
         arguments = tidy(arguments)
     if call.name == FINAL_TOOL:
-        return {**repair_final(arguments, repairs), "type": "final"}, repairs.made, None
-    return {"type": "action", "tool": name, "arguments": arguments}, repairs.made, None
+        return {**repair_final(arguments, repairs), "type": "final"}, None
+    return {"type": "action", "tool": name, "arguments": arguments}, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,8 +338,11 @@ class ServedPolicy:
         self._http, self._sockets = http_client(transport)
         self._sdk: Any = None
         self._closed = False
-        self._pending: list[tuple[str, dict[str, Any]]] = []  # actions proposed, awaiting their Observation
+        # actions proposed (the number of their reply, tool, arguments), awaiting their Observations
+        self._pending: list[tuple[int, str, dict[str, Any]]] = []
         self._arguments: dict[str, dict[str, Any]] = {}  # Observation id -> the arguments of its call
+        self._replies: dict[str, int] = {}  # Observation id -> the number of the reply its call came in
+        self._replies_seen = 0
         self.attempts = 0  # calls opened (tests and the bench read it)
         self.description = ModelDescription(
             name=redact_text(spec.model)[:120], backend=self.protocol, path_hash=public_hash(spec),
@@ -322,7 +377,7 @@ class ServedPolicy:
         stop = _stop_reason(request)
         if stop:
             return Candidate(text="", input_tokens=0, output_tokens=0, latency_ms=0.0, finish_reason=stop)
-        conversation = request.conversation(self._arguments, names)
+        conversation = request.conversation(self._arguments, names, self._replies)
         reply = self._exchange(request, conversation)
         latency = (time.perf_counter() - started) * 1000
         prompt_chars = len(conversation.system) + sum(len(t.text) + len(json.dumps(t.arguments)) for t in conversation.turns)
@@ -334,13 +389,21 @@ class ServedPolicy:
                      cached_tokens=reply.cached_tokens, latency_ms=latency)
         if reply.finish in ("cancelled", "deadline", "length"):
             return Candidate(text=reply.text, finish_reason=reply.finish, **usage)
+        parallel = parallel_calls(request, conversation)
         decision, repairs, fault = interpret(scrubbed(reply), names, conversation.tools, conversation.forced,
-                                             self._tidy)
+                                             self._tidy, parallel)
         decision = scrub_value(decision)  # a key written with JSON escapes shows only once decoded
+        further: tuple[FurtherCall, ...] = ()
         if decision is not None and decision["type"] == "action":
-            self._pending.append((decision["tool"], decision["arguments"]))
-        return Candidate(text=reply.text, decision=decision, protocol_repairs=len(repairs),
-                         call_repairs=tuple(repairs), fault=fault, finish_reason="stop", **usage)
+            if parallel:
+                further, more = further_calls(reply, names, conversation.tools, self._tidy)
+                repairs = [*repairs, *more]
+            self._replies_seen += 1
+            self._pending += [(self._replies_seen, decision["tool"], decision["arguments"]),
+                              *((self._replies_seen, c.tool, c.arguments) for c in further if c.fault is None)]
+        return Candidate(text=reply.text, decision=decision, call_id=reply.calls[0].id if reply.calls else "",
+                         further_calls=further, protocol_repairs=len(repairs), call_repairs=tuple(repairs),
+                         fault=fault, finish_reason="stop", **usage)
 
     def close(self) -> None:
         self._closed = True
@@ -352,18 +415,23 @@ class ServedPolicy:
     # -- internals ---------------------------------------------------------------------------
 
     def _remember(self, observations: list[Any]) -> None:
-        """Pair new Observations with the calls this policy proposed (their arguments go back to
-        the model with the call); a run that starts over clears the memory."""
+        """Pair new Observations with the calls this policy proposed, in order (their arguments go
+        back to the model with the call, the calls of one reply together); a run that starts over
+        clears the memory."""
         if not observations:
             self._pending.clear()
             self._arguments.clear()
+            self._replies.clear()
             return
         for obs in observations:
             if obs.id in self._arguments:
                 continue
-            match = next((i for i, (tool, _) in enumerate(self._pending) if tool == obs.tool), None)
+            # a rejected call's Observation holds its arguments: the call that had them (a reply's
+            # calls that did not run leave no Observation to pair)
+            match = next((i for i, (_, tool, arguments) in enumerate(self._pending) if tool == obs.tool
+                          and (obs.attempted_arguments is None or obs.attempted_arguments == arguments)), None)
             if match is not None:
-                self._arguments[obs.id] = self._pending.pop(match)[1]
+                self._replies[obs.id], _, self._arguments[obs.id] = self._pending.pop(match)
             elif obs.attempted_arguments is not None:
                 self._arguments[obs.id] = obs.attempted_arguments
         self._pending.clear()

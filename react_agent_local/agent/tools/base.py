@@ -4,7 +4,8 @@ A ``Tool`` carries everything the rest of the package needs to know about one to
 description, its argument model (from which the JSON schema, the argument validation and the
 decoding grammar are derived), its timeout, ``execute(ctx, args, cancel)``, how its result is shown
 to the model (``render``), the stable digest of a result for the no-progress guard, its
-hint and the runtime's Decision Summary when guided mode asks for it. The parser, the prompts, the
+hint and the runtime's Decision Summary when guided mode asks for it, and whether it is read-only
+(``read_only``: calls of such tools in one served reply may run together). The parser, the prompts, the
 grammar, ``/schema`` and ``schemas/tool_registry.json`` all read the registry of the run, so adding a
 tool is one ``register`` call.
 
@@ -111,6 +112,10 @@ class Tool:
     #: ``module:attribute`` where this Tool object lives; set, an attempt runs in a worker process
     #: that a timeout or cancel kills (``isolation.py``), else in a thread.
     import_path: str | None = None
+    #: The tool changes nothing -- no file, no state of the run or of a server -- and its result does
+    #: not depend on another call of the same step: several calls of read-only tools in one served
+    #: reply run at once (``agent/tool_batch.py``). Off unless a tool says so.
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.description:

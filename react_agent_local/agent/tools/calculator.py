@@ -241,4 +241,5 @@ TOOL = Tool(
          "an average is (sum of all values) / count, with parentheses around the sum.",
     summary="Exact arithmetic missing: compute it with the calculator from observed values.",
     import_path="agent.tools.calculator:TOOL",
+    read_only=True,
 )

@@ -132,6 +132,10 @@ TOOL = Tool(
     summary="A fact the task needs is missing: look it up.",
     covers=lambda r: r.get("fact"),
     import_path="agent.tools.facts:TOOL",
+    # Not read-only: each lookup rewrites the run's list of facts looked up so far (``_looked_up``) and
+    # returns it, and a check reads that list from the latest lookup. Two lookups at once would race
+    # on the file, and the later Observation need not list the other's fact.
+    read_only=False,
 )
 
 

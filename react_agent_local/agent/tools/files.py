@@ -112,6 +112,7 @@ READ_FILE = Tool(
     hint="Give the path of the file to read, relative to the workspace.",
     summary="A file the task needs has not been read yet: read it.",
     covers=lambda r: r.get("path"),
+    read_only=True,
 )
 
 
@@ -224,6 +225,7 @@ GLOB = Tool(
                       + (", ".join(r.get("matches") or []) or "none")),
     hint="A glob pattern relative to the workspace.",
     summary="Find the files the task is about.",
+    read_only=True,
 )
 
 
@@ -259,6 +261,7 @@ GREP = Tool(
     render=_render_grep,
     hint="A regular expression; optionally a path and a glob to narrow the search.",
     summary="Search the workspace for the code the task is about.",
+    read_only=True,
 )
 
 TOOLS = (READ_FILE, WRITE_FILE, EDIT_FILE, REPLACE_FUNCTION, GLOB, GREP)

@@ -556,4 +556,5 @@ TOOL = Tool(
     hint="Ask in a few words for the values and the rule the task needs.",
     summary="Facts or rule missing: search the pack's knowledge.",
     import_path="agent.tools.knowledge:TOOL",
+    read_only=True,  # it reads the pack's knowledge (its index cache is per process and locked)
 )

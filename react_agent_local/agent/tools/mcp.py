@@ -5,8 +5,9 @@ Servers are declared by the operator, in a pack's ``task.json`` (``mcp_servers``
 each over stdio with the official SDK (``mcp`` 2.x: ``mcp.Client`` over ``stdio_client``), lists its
 tools once, pins every definition (name, description, input schema) by SHA-256 and wraps each tool as
 a ``Tool`` named ``server.tool`` whose argument validation, prompt schema and decoding grammar come
-from the server's input schema. ``compose`` joins them with the local tools into the run's registry,
-refusing a name offered twice. ``close`` stops every server; the runtime calls it when the run ends.
+from the server's input schema; it is read-only (``Tool.read_only``) only where the server's
+annotations say ``readOnlyHint`` and not ``destructiveHint``. ``compose`` joins them with the local
+tools into the run's registry, refusing a name offered twice. ``close`` stops every server; the runtime calls it when the run ends.
 
 The SDK is async; the runtime calls tools from a worker thread. One private event loop in a daemon
 thread owns every server of the run: ``execute`` submits the call to it and waits with the tool's
@@ -108,6 +109,14 @@ def bounded_description(text: str | None, fallback: str) -> str:
     """One line of at most MAX_DESCRIPTION_CHARS: no newlines or control characters reach a prompt."""
     line = " ".join("".join(c if c.isprintable() else " " for c in (text or "")).split()) or fallback
     return line if len(line) <= MAX_DESCRIPTION_CHARS else line[: MAX_DESCRIPTION_CHARS - 1] + "…"
+
+
+def annotated_read_only(listed: Any) -> bool:
+    """Whether the server marks a listed tool read-only: ``readOnlyHint`` true and not destructive.
+    A hint the server gives, which only lets calls of the tool run together (``agent/tool_batch.py``)."""
+    annotations = getattr(listed, "annotations", None)
+    return (getattr(annotations, "read_only_hint", None) is True
+            and getattr(annotations, "destructive_hint", None) is not True)
 
 
 def _strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -502,7 +511,8 @@ class McpTools:
                 execute=_not_bound, timeout_seconds=float(spec.timeout_seconds),
                 description=bounded_description(listed.description, f"{listed.name} (MCP server {spec.name})"),
                 covers=(lambda r, f=field_name: r.get(f) if isinstance(r.get(f), str) else None) if field_name else None,
-                server=spec.name, remote_name=listed.name, input_schema=_strict_schema(schema), sha256=sha)
+                server=spec.name, remote_name=listed.name, input_schema=_strict_schema(schema), sha256=sha,
+                read_only=annotated_read_only(listed))
             tool.execute = self._executor(server, tool)
             try:
                 self.registry.register(tool)

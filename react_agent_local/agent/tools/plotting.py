@@ -240,4 +240,6 @@ TOOL = Tool(
          "put the calculator's value into \"average\" when the chart needs an average line; give a short title.",
     summary="Structured values ready: draw the chart with plot.",
     import_path="agent.tools.plotting:TOOL",
+    # Not read-only: it writes the chart, an artifact of the run (the one the task asks for).
+    read_only=False,
 )

@@ -77,4 +77,5 @@ def skill_tool(skills: Sequence[Any]) -> Tool:
         summary="A skill the task needs is not loaded yet: load it.",
         # A pack may list skill names as load_skill's subgoals: guided mode then asks for each one.
         covers=lambda r: None if r.get("file") else r.get("skill"),
+        read_only=True,  # a lookup among what was read when the skills were found
     )
