@@ -60,9 +60,15 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
             # The numbers its expected value is computed from are named, as on a re-ask (the 1.5B
             # subtracted another group's number from the right one in 4 of 4 two-record runs).
             narrowing, rejected = evidence.narrowing(tool), evidence.last_rejected(tool)
-            sourced = [e for e in evidence.expectations if e.tool == tool and e.sources]
-            target = "; ".join(f"{e.check.label}: the evidence gives {e.where_from()}" for e in sourced)
-            return Branch("action", tool=tool, target=target or None,
+            # After a failed attempt (the 0.5B subtracted two record names, three times) the expected
+            # value is worked out from the evidence, as for a wrong result; where none can be, the
+            # next attempt is sampled more widely.
+            mine = [e for e in evidence.expectations if e.tool == tool]
+            failed = evidence.last_failed(tool)
+            worked = [f"{e.check.label} = {e.worked}" for e in mine if e.worked] if failed else []
+            target = ("from the evidence, " + "; ".join(worked) if worked else
+                      "; ".join(f"{e.check.label}: the evidence gives {e.where_from()}" for e in mine if e.sources))
+            return Branch("action", tool=tool, target=target or None, explore=failed and not worked,
                           narrowed=narrowing if rejected else (),
                           drafts=() if rejected else draft_texts(narrowing), summary=_summary(task, tools, tool))
         elif failing := evidence.failing(tool):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -112,6 +112,7 @@ class Run:
         self._turn: str | None = None  # the user turn of the call whose Decision is being parsed
         self._reply: Candidate | None = None  # the reply the latest Decision came in (its further calls)
         self.batch = Batch([], [])  # this step's calls of that reply (``tool_batch.py``)
+        self._refused = False  # a Final was refused: the next ones are sampled more widely
         self.step = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -129,6 +130,8 @@ class Run:
             while True:
                 branch = next_ask(self.pack.task, self.evidence, mode=self.mode, tools=self.tools,
                                   workspace=self.ctx.workspace, language=self.language)
+                if self._refused and branch.kind != "action":  # the likeliest Final was refused: sample wider
+                    branch = replace(branch, explore=True)
                 self._check_cancel()
                 self._stop_if(self.budgets.check_before_step(self.usage, now=time.monotonic(), deadline=self.deadline,
                                                              needs_tool=branch.kind == "action"))
@@ -274,6 +277,7 @@ class Run:
             return True
         self.usage.fault(until_progress=True)
         self.feedback.append(message[:600])
+        self._refused = True
         code = "repeated_premature_final" if problems else "repeated_false_claims"
         self._guard("guard.no_progress", self.budgets.repeated_action_limit, (code,), code=code)
         return False

@@ -92,6 +92,11 @@ class StepEvidence:
             narrowed.update(expectation.arguments)
         return tuple(narrowed.items())
 
+    def last_failed(self, tool: str) -> bool:
+        """``tool``'s latest Observation is a failed attempt (the tool ran and failed, or timed out)."""
+        last = next((o for o in reversed(self.observations) if o.tool == tool), None)
+        return last is not None and not last.ok and not self.last_rejected(tool)
+
     def last_rejected(self, tool: str) -> bool:
         """``tool``'s latest Observation is an argument rejection."""
         last = next((o for o in reversed(self.observations) if o.tool == tool), None)

@@ -179,3 +179,26 @@ def test_free_mode_keeps_a_required_observation_citable_past_the_visible_window(
     assert "obs-knowledge_search-1" not in [o.id for o in seen[-VISIBLE_OBSERVATIONS:]]
     assert branch.evidence_ids[0] == "obs-knowledge_search-1"
     assert branch.evidence_ids[1:] == tuple(o.id for o in seen[-VISIBLE_OBSERVATIONS:])
+
+
+def test_after_a_failed_attempt_the_expected_value_is_worked_out_or_the_next_one_sampled_wider(tmp_path):
+    from agent.check_language import evaluate
+    from agent.families import generator
+    from agent.packs import TaskPack
+
+    pack = TaskPack.load(generator("record_change")(tmp_path / "packs", 1, 0)[0])
+    keys = pack.load_expected()["data"]["keys"]
+    tools = pack_registry(pack) or TOOLS
+    found = obs("knowledge_search", 1, search_knowledge(pack.knowledge_dir, f"{keys[0]} and {keys[1]}", 3))
+    failed = obs("calculator", 2, error="calculator_invalid_expression")
+    branch, evidence = ask([found, failed], pack=pack, tools=tools)
+    assert (branch.tool, branch.explore) == ("calculator", False)
+    label = evidence.expectations[0].check.label
+    worked = branch.target.split(f"from the evidence, {label} = ", 1)[1]
+    assert evaluate(worked, {}) == evaluate(evidence.expectations[0].spec.right, evidence.latest_ok)
+    # a tool without an expectation that failed: its next attempt is sampled more widely
+    branch, _ = ask([obs("knowledge_search", 1, error="tool_timeout")])
+    assert (branch.tool, branch.explore, branch.target) == ("knowledge_search", True, None)
+    # a first ask and an argument rejection are not
+    assert not ask([])[0].explore
+    assert not ask([obs("knowledge_search", 1, error="invalid_arguments")])[0].explore

@@ -17,6 +17,7 @@ from agent.backends.scripted import ScriptedPolicy, Slow
 from agent.contracts import Budgets, Sampling
 from agent.model_policy import ModelUnavailable
 from agent.packs import PACKAGE_ROOT, load_pack
+from agent.model_policy import EXPLORE_TEMPERATURE
 from agent.runtime import run_agent
 from agent.tools import ToolError, catalog, default_registry
 from agent.tools.calculator import CALCULATOR_PATTERN
@@ -568,6 +569,9 @@ def test_a_final_with_false_claims_is_refused_and_answered_again(tmp_path):
     assert "compares the wrong value with 70" in refused[1]["message"] and "is 72" in refused[1]["message"]
     # The refusal reaches the model as feedback; the third Final is accepted.
     assert "verdict contradicts" in policy.requests[4].messages[-1]["content"]
+    # the first Final is the policy's likeliest; after a refusal the next ones are sampled more widely
+    assert policy.requests[3].temperature == 0.0
+    assert [r.temperature for r in policy.requests[4:]] == [EXPLORE_TEMPERATURE] * 2
     m = outcome.result.metrics
     assert outcome.result.stop_reason == "completed" and m.task_success is True and m.recovery_rate == 1.0
 
