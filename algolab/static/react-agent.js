@@ -1125,6 +1125,12 @@
         return row('bad', e.type, el('span', { text: (e.code || '') + ' ' + shortJSON(e.repeated_action || e.validator_error || { count: e.count }) }));
       case 'run.finished':
         return row('end', 'run.finished', el('span', { text: e.status + ' / ' + e.stop_reason }));
+      case 'session.compacted':
+        return row('model', 'session.compacted', el('span', { text: e.method === 'failed'
+          ? '对话未压缩（' + (e.fallback_reason || '') + '），本轮照常进行'
+          : '对话已压缩：' + (e.method || '') + (e.fallback_reason ? '（未用摘要：' + e.fallback_reason + '）' : '') +
+            ' · 消息 ' + e.messages_before + ' → ' + e.messages_after +
+            ' · tokens ' + e.tokens_before + ' → ' + e.tokens_after }));
       default:
         return null;
     }

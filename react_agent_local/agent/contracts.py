@@ -230,6 +230,15 @@ class Sampling(BaseModel):
     top_k: int = Field(default=20, ge=1, le=1000, description="Candidates kept before top_p, when sampling.")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampling seed, when sampling.")
 
+    def for_call(self, number: int) -> "Sampling":
+        """The sampling of a run's model call ``number`` (0 first): the run's seed moved on by the
+        call's number, so each call draws afresh and a run stays reproducible from its seed. One seed
+        for every call drew the same tokens for the same prompt: a re-asked step answered exactly
+        as it had, at any temperature, until the loop guard stopped the run."""
+        if self.seed is None or number == 0:
+            return self
+        return self.model_copy(update={"seed": (self.seed + 7919 * number) % (2**31 - 1)})
+
 
 SAMPLING_FIELDS = tuple(Sampling.model_fields)
 

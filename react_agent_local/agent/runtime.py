@@ -225,7 +225,8 @@ class Run:
         call = ModelCall(self.trace, self.step, attempt)
         request = DecisionRequest(
             branch=branch, state=self._prompt_state(branch), tools=self.tools,
-            max_new_tokens=self.budgets.new_tokens(self.usage, code=branch.code_field is not None), sampling=self.sampling,
+            max_new_tokens=self.budgets.new_tokens(self.usage, code=branch.code_field is not None),
+            sampling=self.sampling.for_call(self.usage.model_calls),
             repair_error=repair_error, deadline=self.deadline, cancel=self.cancel, on_progress=call.progress)
         try:
             candidate = call.propose(self.policy, request, self.usage)

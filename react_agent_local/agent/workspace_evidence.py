@@ -401,9 +401,19 @@ def diagnosis_schema(source: str, tried: list[str] = ()) -> dict[str, Any]:
     options = []
     for line in choices:
         # the fix ends at its closing backtick (unbounded, the 1.5B wrote on in prose past it)
-        new = differs_from([line, *tried], MAX_DIAGNOSIS_FIX, exclude="`\n")[1:-1]  # without its anchors
+        # a fix already tried is excluded with its trivial variants too (the 1.5B wrote a failed fix
+        # again with a ';' added or its ':' left out, then the same failed function)
+        known = [variant for text in (line, *tried) for variant in _variants(text)]
+        new = differs_from(list(dict.fromkeys(known)), MAX_DIAGNOSIS_FIX, exclude="`\n")[1:-1]  # without its anchors
         options.append(f"{_literal(line)}`; it must be `{new}")
     return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
+
+
+def _variants(line: str) -> tuple[str, ...]:
+    """A line as written, with a space after it, and with its trailing ``:``/``;``/spaces left out
+    or one of them added."""
+    bare = line.rstrip(" ;:")
+    return (line, line + " ", bare, bare + ":", bare + ";", bare + " ")
 
 
 #: a stub's body statements, which a body written for a stub may not start with

@@ -556,3 +556,22 @@ def test_a_rewrite_starts_with_the_old_def_line_and_docstring():
     escaped = 'def f(x):\n    "a\\\\b"\n    return x'  # a backslash is one character of the raw code like any other
     assert re.compile(def_line_pattern(escaped)).match(escaped.replace("return x", "return 2 * x"))
     assert not re.compile(def_line_pattern(escaped)).match('def f(x):\n    "ab"\n    return x')
+
+
+def test_a_diagnosis_never_names_a_tried_fix_again_not_even_with_a_colon_or_semicolon_changed():
+    import re
+
+    from agent.workspace_evidence import diagnosis_schema
+
+    source = ("def largest(values):\n    best = values[0]\n    for value in values[1:]:\n"
+              "        if value < best:\n            best = value\n    return best\n")
+    pattern = diagnosis_schema(source, ["if value <= best:"])["pattern"]
+
+    def allowed(fix: str, line: str = "if value < best:") -> bool:
+        return re.fullmatch(pattern, f"The wrong line is `{line}`; it must be `{fix}`") is not None
+
+    for tried in ("if value <= best:", "if value <= best", "if value <= best;", "if value <= best: ",
+                  "if value < best:", "if value < best"):
+        assert not allowed(tried), tried
+    assert allowed("if value > best:") and allowed("if value >= best:")
+    assert not allowed("if value > best:", line="if value > best:")  # only the function's own lines
