@@ -38,6 +38,19 @@ OBSERVATION_CHARS = 3000
 HISTORY_CHARS = 16000  # about 5k tokens: past this the prompt is one compact turn again
 MODEL_TURN_CHARS = 2000  # a Decision longer than this (a hostile or runaway output) is kept cut
 INVALID_TURN = "(an output the runtime rejected; see its feedback below)"
+#: an earlier Decision of the kind a step asks for again, when that step is drawn more widely
+#: (``Branch.explore``): shown its own failed change in the history, the 1.5B wrote it again token
+#: for token at temperature 1.0, three times, until the loop guard stopped the run
+FAILED_TURN = "(an earlier attempt of this step that failed; see the observations and feedback)"
+
+
+def without_failed_turns(history: list[tuple[str, str]], branch: "Branch") -> list[tuple[str, str]]:
+    """``history`` with the model's earlier Decisions of ``branch``'s kind (its tool's, or Finals)
+    replaced by ``FAILED_TURN``, for a step drawn more widely; as it is otherwise."""
+    if not branch.explore:
+        return history
+    mark = f'"tool": "{branch.tool}"' if branch.kind == "action" else '"type": "final"'
+    return [(user, FAILED_TURN if mark in model else model) for user, model in history]
 # The answer is prose for a person: it starts with a letter (Latin or CJK), has no JSON inside the
 # string (a coder model's habit), and no quote, backslash or control character, so a grammar built
 # from this pattern always yields valid JSON.

@@ -37,7 +37,7 @@ from .model_policy import Candidate, DecisionRequest, ModelUnavailable, Policy
 from .next_ask import decision_summary, next_ask
 from .operands import check_operands
 from .packs import TaskPack, goal_language
-from .prompting import INVALID_TURN, Branch, PromptState, guide_check_lines, model_turn
+from .prompting import INVALID_TURN, Branch, PromptState, guide_check_lines, model_turn, without_failed_turns
 from .step_evidence import StepEvidence, premature, step_evidence
 from .tool_batch import Batch, Call, plan
 from .tools import WORKSPACE_TOOLS, ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError
@@ -247,7 +247,8 @@ class Run:
             goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
             budget_left=self._remaining(), tool_hints=self.pack.task.hints,
             final_hints=list(guide.hints) if guide else [], check_lines=guide_check_lines(guide, checks) if guide else [],
-            history=list(self._history), shown_observations=self._shown[0], shown_feedback=self._shown[1])
+            history=without_failed_turns(self._history, branch), shown_observations=self._shown[0],
+            shown_feedback=self._shown[1])
 
     def _remember_turn(self, model_text: str) -> None:
         """Append this call's turn and the model's Decision to the conversation (continuations only:

@@ -23,6 +23,7 @@ from agent.families.humaneval.problems import subset
 from agent.model_policy import CODE_FENCE, CODE_FENCE_END, code_value
 from agent.packs import TaskPack
 from agent.runtime import run_agent
+from agent.prompting import FAILED_TURN
 from agent.workspace_evidence import doctest_failures, failure_summary
 
 
@@ -150,6 +151,9 @@ def test_a_greedy_run_asks_again_with_sampling_after_a_change_that_changes_nothi
     # the second follows a change the examples failed on, the third one that would have changed nothing
     assert [r.temperature for r in writes] == [0.0, 1.0, 1.0]
     assert "would have changed nothing" in writes[2].messages[-1]["content"]
+    # a rewrite drawn wider is not shown the earlier (failed) changes, which the model would copy
+    shown = "\n".join(m["content"] for m in writes[2].messages)
+    assert shown.count(FAILED_TURN) == 2 and '"tool": "replace_function"' not in shown
     decisions = [e["decision"] for e in outcome.events if e["type"] == "decision.valid"]
     assert [d.get("tool") for d in decisions] == ["read_file", "replace_function", "bash", "replace_function",
                                                   "replace_function", "bash", None]

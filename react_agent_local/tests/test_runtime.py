@@ -18,6 +18,7 @@ from agent.contracts import Budgets, Sampling
 from agent.model_policy import ModelUnavailable
 from agent.packs import PACKAGE_ROOT, load_pack
 from agent.model_policy import EXPLORE_TEMPERATURE
+from agent.prompting import FAILED_TURN
 from agent.runtime import run_agent
 from agent.tools import ToolError, catalog, default_registry
 from agent.tools.calculator import CALCULATOR_PATTERN
@@ -574,6 +575,10 @@ def test_a_final_with_false_claims_is_refused_and_answered_again(tmp_path):
     # the first Final is the policy's likeliest; after a refusal the next ones are sampled more widely
     assert policy.requests[3].temperature == 0.0
     assert [r.temperature for r in policy.requests[4:]] == [EXPLORE_TEMPERATURE] * 2
+    # ... and they are not shown the refused answers, which they would copy; the earlier actions stay
+    later = "\n".join(m["content"] for m in policy.requests[5].messages)
+    assert "So it does not meet the release rule" not in later and later.count(FAILED_TURN) == 2
+    assert '"tool": "calculator"' in later
     m = outcome.result.metrics
     assert outcome.result.stop_reason == "completed" and m.task_success is True and m.recovery_rate == 1.0
 
