@@ -222,7 +222,14 @@ def bound_forms(form: str | None, evidence: list[Observation]) -> tuple[tuple[st
             value = evaluate(slot.expression, latest)
         except Exception:  # the pack's mistake is reported by the gate, not here
             value = None
-        if slot.kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if slot.kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and outer_function(slot.expression) == "round":
+            # the binding rounds itself: the gate admits that one number (slot_values), so does the
+            # grammar (it admitted the value's other roundings: the 1.5B wrote 4.3 for 4.29 three times)
+            digits = re.search(r",\s*(\d+)\s*\)\s*$", slot.expression)
+            padded = f"{float(value):.{int(digits.group(1)) if digits else 0}f}"
+            forms.append(tuple(dict.fromkeys([fmt(float(value)), padded])))
+        elif slot.kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
             written = number_forms([float(value)])
             whole = f"{float(value):.0f}"
             forms.append(written + ((whole,) if whole not in written and whole != "-0" else ()))

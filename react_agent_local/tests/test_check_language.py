@@ -238,3 +238,26 @@ def test_worked_out_is_none_where_a_part_is_unknown_or_no_number():
     assert worked_out("record.rules.ceiling - 1", EVIDENCE) is None
     assert worked_out("-calculator.value", EVIDENCE) == "5.5"
     assert worked_out(3.5, EVIDENCE) is None
+
+
+@pytest.mark.parametrize("value,expression", [(4.292610957036539, "round(calculator.value, 2)"),
+                                              (1194.5978878960195, "round(calculator.value, 1)"),
+                                              (8647.52, "round(calculator.value)"), (4.3, "round(calculator.value, 2)")])
+def test_a_slot_bound_to_a_rounding_admits_what_the_gate_admits_and_nothing_else(value, expression):
+    """The grammar once admitted every rounding of the value; the gate only the one the binding names."""
+    import re as _re
+
+    from agent.claims import bound_forms, number_forms, slot_values
+    from agent.contracts import Observation
+    from agent.prompting import answer_form_pattern
+
+    form = f"The result is {{number:{expression}}}."
+    calc = [Observation(id="obs-calculator-1", tool="calculator", ok=True, result={"expression": "x", "value": value})]
+    pattern = _re.compile(answer_form_pattern(form, (), bound_forms(form, calc)))
+    writings = list(dict.fromkeys([*number_forms([value]), f"{value:.0f}", f"{value:.2f}"]))
+    for written in writings:
+        answer = f"The result is {written}."
+        if pattern.fullmatch(answer):  # what the grammar lets through, the gate accepts
+            assert slot_values(answer, form, calc)[1] == [], written
+    admitted = [w for w in writings if pattern.fullmatch(f"The result is {w}.")]
+    assert admitted and all(float(w) == float(admitted[0]) for w in admitted)  # one number
