@@ -68,7 +68,7 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
             worked = [f"{e.check.label} = {e.worked}" for e in mine if e.worked] if failed else []
             target = ("from the evidence, " + "; ".join(worked) if worked else
                       "; ".join(f"{e.check.label}: the evidence gives {e.where_from()}" for e in mine if e.sources))
-            return Branch("action", tool=tool, target=target or None, explore=failed and not worked,
+            return Branch("action", tool=tool, target=target or None, explore=failed and not worked, again=failed,
                           narrowed=narrowing if rejected else (),
                           drafts=() if rejected else draft_texts(narrowing), summary=_summary(task, tools, tool))
         elif failing := evidence.failing(tool):
@@ -79,7 +79,7 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
                      else f"; the evidence gives {first.where_from()}" if first.sources else "")
             return Branch("action", tool=tool,
                           target=first.check.label + (f" ({first.spec.hint})" if first.spec.hint else "") + where,
-                          narrowed=evidence.narrowing(tool, failing), summary=_summary(task, tools, tool))
+                          narrowed=evidence.narrowing(tool, failing), again=True, summary=_summary(task, tools, tool))
     cited = tuple(dict.fromkeys(obs_id for _, obs_id in evidence.required if obs_id))
     form, numbers, bound = final_form(evidence, cited)
     return Branch("final", evidence_ids=cited, answer_form=form, numbers=numbers, bound=bound, language=language,

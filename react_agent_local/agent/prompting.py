@@ -46,8 +46,10 @@ FAILED_TURN = "(an earlier attempt of this step that failed; see the observation
 
 def without_failed_turns(history: list[tuple[str, str]], branch: "Branch") -> list[tuple[str, str]]:
     """``history`` with the model's earlier Decisions of ``branch``'s kind (its tool's, or Finals)
-    replaced by ``FAILED_TURN``, for a step drawn more widely; as it is otherwise."""
-    if not branch.explore:
+    replaced by ``FAILED_TURN``, for a step asked again after they failed (``Branch.again``, or
+    drawn more widely); as it is otherwise. Shown its failed calculator call and the expression
+    worked out from the evidence, the 0.5B wrote its own again, three times."""
+    if not (branch.explore or branch.again):
         return history
     mark = f'"tool": "{branch.tool}"' if branch.kind == "action" else '"type": "final"'
     return [(user, FAILED_TURN if mark in model else model) for user, model in history]
@@ -141,6 +143,9 @@ class Branch:
     #: the model's likeliest answer already failed (a change that restored failing files): sample
     #: this call (at ``EXPLORE_TEMPERATURE`` when the run is greedy) instead of repeating it
     explore: bool = False
+    #: asked again after the same kind of Decision failed (a tool attempt, a wrong result): the
+    #: failed Decisions are not shown in the history (``without_failed_turns``); ``explore`` implies it
+    again: bool = False
 
     @property
     def prefix(self) -> str:

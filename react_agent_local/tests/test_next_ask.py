@@ -192,13 +192,27 @@ def test_after_a_failed_attempt_the_expected_value_is_worked_out_or_the_next_one
     found = obs("knowledge_search", 1, search_knowledge(pack.knowledge_dir, f"{keys[0]} and {keys[1]}", 3))
     failed = obs("calculator", 2, error="calculator_invalid_expression")
     branch, evidence = ask([found, failed], pack=pack, tools=tools)
-    assert (branch.tool, branch.explore) == ("calculator", False)
+    assert (branch.tool, branch.explore, branch.again) == ("calculator", False, True)
     label = evidence.expectations[0].check.label
     worked = branch.target.split(f"from the evidence, {label} = ", 1)[1]
     assert evaluate(worked, {}) == evaluate(evidence.expectations[0].spec.right, evidence.latest_ok)
     # a tool without an expectation that failed: its next attempt is sampled more widely
     branch, _ = ask([obs("knowledge_search", 1, error="tool_timeout")])
     assert (branch.tool, branch.explore, branch.target) == ("knowledge_search", True, None)
-    # a first ask and an argument rejection are not
-    assert not ask([])[0].explore
-    assert not ask([obs("knowledge_search", 1, error="invalid_arguments")])[0].explore
+    # a first ask and an argument rejection are not, and show the history as it is
+    assert not ask([])[0].explore and not ask([])[0].again
+    rejected = ask([obs("knowledge_search", 1, error="invalid_arguments")])[0]
+    assert not rejected.explore and not rejected.again
+
+
+def test_a_step_asked_again_after_a_failure_is_not_shown_the_failed_decisions():
+    from agent.prompting import FAILED_TURN, Branch, without_failed_turns
+
+    history = [("ask 1", '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 +"}}'),
+               ("ask 2", '{"type": "action", "tool": "plot", "arguments": {}}')]
+    again = Branch("action", tool="calculator", again=True)
+    assert without_failed_turns(history, again) == [("ask 1", FAILED_TURN), history[1]]
+    assert without_failed_turns(history, Branch("action", tool="calculator")) == history
+    # the default pack's wrong average is asked again with the history of the wrong call left out
+    branch, _ = ask([searched(), averaged(value=sum(BATCHES.values()))])
+    assert branch.again and not branch.explore
