@@ -54,6 +54,7 @@ MAX_TEXT = 500
 MAX_NODES = 200
 MAX_DEPTH = 100  # a sum of many terms nests one level a term; the evaluator recurses this deep
 MAX_EXPONENT = 64
+MAX_WRITTEN_POWER = 12  # worked_out writes x ** n as n factors up to this n
 MAX_MAGNITUDE = Fraction(10**18)
 FUNCTIONS = ("abs", "round", "min", "max", "mean", "sum", "count", "argmin", "argmax", "matches")
 ALIASES = ("record", "records", "facts")
@@ -428,7 +429,8 @@ def path_values(text: str, latest_ok: Mapping[str, Any], *, skip_roots: tuple[st
 def worked_out(text: str, latest_ok: Mapping[str, Any]) -> str | None:
     """The expression with the evidence put in: each path replaced by the number it reads, ``min`` /
     ``max`` of a collection by the number it picks, ``sum`` / ``mean`` / ``count`` written out over its
-    numbers (``(72 + 78 + 81) / 3``) -- arithmetic a calculator can take; None where a part is not
+    numbers (``(72 + 78 + 81) / 3``), a whole power as a product (``(1 + 4 / 100) * (1 + 4 / 100)``)
+    -- arithmetic a calculator can take; None where a part is not
     known yet or is no number (``argmin``, ``matches``). No path is left in a text it returns."""
     if not isinstance(text, str):
         return None
@@ -454,6 +456,16 @@ def worked_out(text: str, latest_ok: Mapping[str, Any]) -> str | None:
             if isinstance(n.op, ast.USub) and isinstance(inner, ast.UnaryOp) and isinstance(inner.operand, ast.Constant):
                 return inner.operand  # -(-5.5) is written 5.5, not --5.5
             return ast.UnaryOp(n.op, inner)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
+            # the calculator has no power: a whole exponent is written out as a product
+            exponent = _eval(n.right, evidence)
+            base = put(n.left)
+            if _number(exponent).denominator != 1 or not 1 <= exponent <= MAX_WRITTEN_POWER:
+                return ast.BinOp(base, n.op, put(n.right))
+            product = base
+            for _ in range(int(exponent) - 1):
+                product = ast.BinOp(product, ast.Mult(), base)
+            return product
         if isinstance(n, ast.BinOp):
             return ast.BinOp(put(n.left), n.op, put(n.right))
         name = n.func.id  # a Call: _check admits no other node

@@ -222,13 +222,17 @@ def test_path_values_are_the_evidence_numbers_an_expression_reads():
     ("count(records[1].values) * 2", "3 * 2"),
     ("records[1].values.South - records[0].rules.floor", "60 - 70"),
     ("-(records[0].values.South - 70)", "-(64.5 - 70)"),
+    ("records[0].values.North * (1 + 4 / 100) ** 3", "72 * ((1 + 4 / 100) * (1 + 4 / 100) * (1 + 4 / 100))"),
 ])
 def test_worked_out_puts_the_evidence_into_an_expression(text, shown):
     from agent.check_language import worked_out
 
     assert worked_out(text, TWO_RECORDS) == shown
-    # what it shows computes what the expression computes
+    # what it shows computes what the expression computes, and the calculator takes it
+    from agent.tools.calculator import evaluate as calculate
+
     assert evaluate(shown, {}) == evaluate(text, TWO_RECORDS)
+    assert abs(calculate(shown) - evaluate(text, TWO_RECORDS)) < 1e-9
 
 
 def test_worked_out_is_none_where_a_part_is_unknown_or_no_number():
