@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .claims import check_claims
+from .claims import claim_problems
 from .contracts import (TERMINAL_STATUS, ActionDecision, Budgets, FinalDecision, Observation, RunResult, Sampling,
                         ToolErrorInfo, Usage)
 from .decisions import DecisionError
@@ -113,6 +113,7 @@ class Run:
         self._reply: Candidate | None = None  # the reply the latest Decision came in (its further calls)
         self.batch = Batch([], [])  # this step's calls of that reply (``tool_batch.py``)
         self._refused = False  # a Final was refused: the next ones are sampled more widely
+        self._unfounded = False  # ... for a number no Observation holds: the next free step offers tools only
         self.step = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -132,6 +133,8 @@ class Run:
                                   workspace=self.ctx.workspace, language=self.language)
                 if self._refused and branch.kind != "action":  # the likeliest Final was refused: sample wider
                     branch = replace(branch, explore=True)
+                if self._unfounded and branch.kind == "free":  # a number no Observation holds: evidence first
+                    branch = replace(branch, evidence_ids=())
                 self._check_cancel()
                 self._stop_if(self.budgets.check_before_step(self.usage, now=time.monotonic(), deadline=self.deadline,
                                                              needs_tool=branch.kind == "action"))
@@ -144,6 +147,7 @@ class Run:
                         final = decision
                         raise _Stop("completed")
                     continue
+                self._unfounded = False
                 for call in self._batch(decision).calls:                          # the reply's calls, in order
                     self.usage.action_attempts += 1
                     arguments = self._validate(call)                              # argument contract
@@ -267,8 +271,12 @@ class Run:
         if not problems:
             known = {o.id: o for o in self.observations}
             cited = [known[i] for i in decision.evidence_ids if known[i].ok]
-            claims = check_claims(decision.answer, cited, self.pack.task.goal, self.evidence.guide,
-                                  list(self.evidence.checks))
+            found = claim_problems(decision.answer, cited, self.pack.task.goal, self.evidence.guide,
+                                   list(self.evidence.checks))
+            claims = [p.text for p in found][:5]
+            # free mode: a stated number no cited Observation holds asks for evidence before the next
+            # Final (a session's follow-ups answered a fact from memory three times, never looking it up)
+            self._unfounded = any(p.kind == "number" for p in found)
         accepted = not problems and not claims
         message = ("final accepted" if accepted else "premature final: " + "; ".join(problems) if problems
                    else "false claims in the final: " + "; ".join(claims))

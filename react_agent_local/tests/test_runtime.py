@@ -805,3 +805,21 @@ def test_each_model_call_of_a_seeded_run_draws_with_its_own_seed(tmp_path):
     _, again = run_scripted(chain(), tmp_path / "again", sampling=Sampling(temperature=0.7, seed=5))
     assert [r.seed for r in again.requests] == seeds
     assert Sampling(temperature=0.7).for_call(3).seed is None  # unseeded stays unseeded
+
+
+def test_in_free_mode_a_final_with_a_number_no_observation_holds_asks_for_evidence_before_the_next(tmp_path):
+    actions, answer = free_chain()
+    cited = ["obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3"]
+    invented = json.dumps({"type": "final", "answer": answer.replace("79", "81.5", 1), "evidence_ids": cited})
+    good = json.dumps({"type": "final", "answer": answer, "evidence_ids": ["obs-knowledge_search-4", "obs-calculator-2",
+                                                                           "obs-plot-3"]})
+    outcome, policy = run_scripted(actions + [invented, actions[0], good], tmp_path, mode="free")
+    refused = events_of(outcome, "final.validated")[0]
+    assert not refused["accepted"] and "appears in no cited observation" in refused["message"]
+
+    def offers_final(request) -> bool:
+        return any(c["properties"]["type"].get("const") == "final" for c in request.value_schema["anyOf"])
+
+    assert offers_final(policy.requests[3]) and not offers_final(policy.requests[4])  # tools only, once
+    assert offers_final(policy.requests[5])
+    assert outcome.result.stop_reason == "completed"
