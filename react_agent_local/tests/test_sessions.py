@@ -283,7 +283,11 @@ def test_resume_after_sigkill_at_random_points(tmp_path):
             with open(session_file(store, session_id), "ab") as fh:
                 fh.write(b'{"uuid": "torn-' + str(rng.random()).encode())
         for line in out.splitlines():
-            _, number, status = line.split()
+            parts = line.split()
+            if len(parts) != 3:  # the writer's last line, cut by the kill (seen once in a clean-clone CI)
+                assert not line.strip() or "finished".startswith(parts[0]), line
+                continue
+            _, number, status = parts
             assert status == "completed"
             finished.add(int(number))
     assert kills >= 20 and finished
