@@ -5,7 +5,6 @@ what the driver is told (budget, sampler, loopback server, default config)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -16,17 +15,7 @@ from agent.contracts import Budgets
 from agent.families.humaneval.generator import STUB_BODY, pack_files
 from agent.families.humaneval.problems import subset
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from bench_support import load_bench as _load
 
 
 mini = _load("humaneval_mini_swe")

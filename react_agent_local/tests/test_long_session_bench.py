@@ -4,27 +4,15 @@ threshold low enough that the carried conversation is compacted, and the summary
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 from agent.packs import TaskPack
 from agent.sessions.store import SessionStore
 from agent.tools.facts import load_facts
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from bench_support import load_bench as _load
 
 
 bench = _load("long_session")
