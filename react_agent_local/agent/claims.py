@@ -24,7 +24,11 @@ any script) and checked, using only the cited successful Observations (and the g
   number exactly or rounded to the decimals it is written with (never to a whole number), or, where
   the binding rounds itself (``{number:round(calculator.value, 2)}``), exactly that rounding; the
   name as written up to case, spaces and punctuation. The bound values count as evidence for the
-  number rule above.
+  number rule above;
+* **attribution** -- a number a cited Observation holds as a named fact's (``attribution.py``) is not
+  stated next to the name of another fact the run has seen ("Graz population is 2301910" where
+  2301910 is the Leeds lookup's). A number a site labels with a scale (``(thousands)``) may be stated
+  with it ("1167.4 thousand").
 
 An operand of a check is a number or an expression of the check language (``check_language.py``)
 over the evidence: ``TOOL.path`` names a field of the latest successful Observation of TOOL
@@ -40,9 +44,10 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping
 
+from .attribution import misattributed, scaled_readings, sites
 from .check_language import evaluate, outer_function
 from .contracts import AnswerGuide, CheckSpec, Observation
-from .numbers import Comparison, asks_rounding, close, compare, grounded, numbers_in, read_comparisons, read_numbers
+from .numbers import Comparison, Number, asks_rounding, close, compare, grounded, numbers_in, read_comparisons, read_numbers
 
 SMALL_INTEGER = 10
 
@@ -143,7 +148,8 @@ def stated_verdict(answer: str, positive: list[str], negative: list[str], *, pat
     return None
 
 
-ProblemKind = Literal["number", "comparison", "check_missing", "check_value", "verdict", "no_verdict", "slot"]
+ProblemKind = Literal["number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict",
+                      "slot"]
 
 
 @dataclass(frozen=True)
@@ -276,22 +282,29 @@ def slot_values(answer: str, form: str | None, evidence: list[Observation]) -> t
 
 
 def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: AnswerGuide | None,
-                   checks: list[ResolvedCheck]) -> list[Problem]:
-    """Every false claim of the answer, in the order of the module docstring."""
+                   checks: list[ResolvedCheck], context: list[Observation] | None = None) -> list[Problem]:
+    """Every false claim of the answer, in the order of the module docstring. ``context`` is every
+    Observation the run can see (default: the cited ones), for the names a number may be stated under."""
     bound, problems = slot_values(answer, guide.answer_form if guide else None, evidence)
-    observed = evidence_readings(evidence) + [c.left for c in checks if c.left is not None] \
-        + [c.right for c in checks if c.right is not None] + bound
+    declared = [c.left for c in checks if c.left is not None] + [c.right for c in checks if c.right is not None] + bound
+    observed = evidence_readings(evidence) + scaled_readings(sites(evidence)) + declared
     goal_numbers = [r for n in read_numbers(goal) for r in n.readings()]
     # A binding's own text (``round(calculator.value, 2)``) is no request to round what the answer states.
     form = _SLOT.sub(" ", guide.answer_form or "") if guide else ""
     whole = asks_rounding(" ".join([goal, *(guide.hints if guide else []), form]))
     ungrounded: set[float] = set()
+    founded: list[Number] = []
     for number in read_numbers(answer):
         if number.plain_integer and abs(number.value) <= SMALL_INTEGER or number.value in ungrounded:
             continue
         if not grounded(number, observed + goal_numbers, whole=whole):
             ungrounded.add(number.value)
             problems.append(Problem("number", f"the number {number.text} appears in no cited observation"))
+        else:
+            founded.append(number)
+    problems += [Problem("attribution", m.text()) for m in
+                 misattributed(answer, founded, evidence, evidence if context is None else context,
+                               declared + goal_numbers)]
     comparisons = stated_comparisons(answer)
     for c in comparisons:
         if c.false:

@@ -272,11 +272,12 @@ class Run:
             known = {o.id: o for o in self.observations}
             cited = [known[i] for i in decision.evidence_ids if known[i].ok]
             found = claim_problems(decision.answer, cited, self.pack.task.goal, self.evidence.guide,
-                                   list(self.evidence.checks))
+                                   list(self.evidence.checks), [o for o in self.observations if o.ok])
             claims = [p.text for p in found][:5]
-            # free mode: a stated number no cited Observation holds asks for evidence before the next
-            # Final (a session's follow-ups answered a fact from memory three times, never looking it up)
-            self._unfounded = any(p.kind == "number" for p in found)
+            # free mode: a stated number no cited Observation holds (or holds as another fact's) asks for
+            # evidence before the next Final (a session's follow-ups answered a fact from memory three
+            # times, never looking it up)
+            self._unfounded = any(p.kind in ("number", "attribution") for p in found)
         accepted = not problems and not claims
         message = ("final accepted" if accepted else "premature final: " + "; ".join(problems) if problems
                    else "false claims in the final: " + "; ".join(claims))

@@ -9,7 +9,8 @@ pack's ``data/expected.json`` grades it). Every later turn is a follow-up with i
 ``--recall-every``-th turn is a *recall* that asks again for a fact one of the first ``--early``
 turns looked up ("Earlier you looked up X. What was it?"). The right value of every question is
 read from the written pack's ``knowledge/facts.json``; an answer holds it when it states that number
-(``metrics.states_number``, the reading Task Success uses).
+(``metrics.states_number``, the reading Task Success uses; a fact whose name or unit gives a scale,
+"(thousands)", is also stated right in ones: ``right_values``).
 
 Per turn it prints: the turn, its kind, seconds, the messages and tokens the turn carries in
 (before any compaction), the compaction that ran before it (method, tokens before and after), the
@@ -68,6 +69,16 @@ def new_question(name: str) -> str:
 
 def recall_question(name: str) -> str:
     return f"Earlier you looked up '{name}'. What was it? Answer with its value, citing the evidence."
+
+
+_SCALE_WORDS = {"thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9}
+
+
+def right_values(name: str, fact: dict[str, Any]) -> list[float]:
+    """The right answers to a question about a fact: its value, and where its name or unit gives a
+    scale ("Split population (thousands)"), the value in ones too ("1167.4 thousand" is 1167400)."""
+    text = f"{name} {fact.get('unit', '')}".lower()
+    return [fact["value"]] + [fact["value"] * scale for word, scale in _SCALE_WORDS.items() if word in text]
 
 
 def merged_facts(folder: Path, n: int, seed: int) -> dict[str, dict[str, Any]]:
@@ -236,7 +247,7 @@ def run_session(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                        k: compaction.get(k) for k in ("method", "fallback_reason", "tokens_before", "tokens_after")},
                    "status": result.status, "stop_reason": result.stop_reason, "follow_up": turn.follow_up,
                    "observations": turn.observation_ids, "answer": answer,
-                   "right": answer is not None and states_number(answer, value),
+                   "right": answer is not None and any(states_number(answer, v) for v in right_values(fact, truth[fact])),
                    "task_success": result.metrics.task_success if result.metrics else None}
             rows.append(row)
             shown = "-" if compaction is None else (

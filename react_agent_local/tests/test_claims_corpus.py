@@ -26,7 +26,7 @@ from agent.families import DEFAULT_FAMILY, answer_guide
 from agent.packs import goal_language
 
 CORPUS = Path(__file__).parent / "claims_corpus.jsonl"
-KINDS = {"number", "comparison", "check_missing", "check_value", "verdict", "no_verdict"}
+KINDS = {"number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict"}
 
 
 def _load() -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:

@@ -823,3 +823,35 @@ def test_in_free_mode_a_final_with_a_number_no_observation_holds_asks_for_eviden
     assert offers_final(policy.requests[3]) and not offers_final(policy.requests[4])  # tools only, once
     assert offers_final(policy.requests[5])
     assert outcome.result.stop_reason == "completed"
+
+
+def test_a_final_stating_one_facts_number_under_another_facts_name_is_refused(tmp_path):
+    """A session answered "Graz population is 2301910" citing the Leeds lookup that holds 2301910: the
+    number was in the evidence, under another fact's name (``attribution.py``). Here the other fact
+    is known only from an Observation the Final does not cite."""
+    pack = load_pack("population_ratio")
+    facts = json.loads((pack.knowledge_dir / "facts.json").read_text(encoding="utf-8"))["facts"]
+    first, second = pack.task.subgoals["lookup_fact"]
+    other = next(name for name in facts if name not in (first, second))
+    a, b = facts[first]["value"], facts[second]["value"]
+    ratio = round(a / b, 4)
+
+    def lookup(name: str) -> str:
+        return json.dumps({"type": "action", "tool": "lookup_fact", "arguments": {"query": name}})
+
+    actions = [lookup(first), lookup(second), lookup(other),
+               json.dumps({"type": "action", "tool": "calculator", "arguments": {"expression": f"{a} / {b}"}})]
+    cited = ["obs-lookup_fact-1", "obs-lookup_fact-2", "obs-calculator-4"]
+    swapped = json.dumps({"type": "final", "answer": f"{other}为{b}，比值为{ratio}。", "evidence_ids": cited})
+    right = json.dumps({"type": "final", "answer": f"{second}为{b}，比值为{ratio}。",
+                        "evidence_ids": ["obs-lookup_fact-1", "obs-lookup_fact-5", "obs-calculator-4"]})
+    outcome, policy = run_scripted(actions + [swapped, lookup(second), right], tmp_path, pack=pack, mode="free")
+    refused, accepted = events_of(outcome, "final.validated")
+    assert not refused["accepted"] and f"the number {b} is the value of '{second}'" in refused["message"]
+    assert other in refused["message"]
+    assert accepted["accepted"] and outcome.result.stop_reason == "completed"
+
+    def offers_final(request) -> bool:
+        return any(c["properties"]["type"].get("const") == "final" for c in request.value_schema["anyOf"])
+
+    assert not offers_final(policy.requests[5])  # evidence first, as for a number no Observation holds

@@ -1,0 +1,196 @@
+"""Which named fact a stated number belongs to: the claim gate's attribution rule.
+
+``claims.py`` checks that every number an answer states is held by a cited Observation. That alone
+accepts "Graz population is 2301910" citing a lookup of *Leeds* population that holds 2301910: the
+number is in the evidence, under another name. This module reads the names around the numbers of
+the evidence and of the answer, and finds the number stated next to another fact's name.
+
+**A site** is a number at its place in an Observation's JSON result, with the labels around it:
+
+* the short strings beside it in the same object (``{"fact": "Leeds population", "value": 2301910,
+  "unit": "people"}`` labels 2301910 with ``Leeds population`` and ``people``) -- a *named* site;
+* the key it stands under in an object of numbers only (``{"Leeds population": 2301910, ...}``, a list
+  of facts looked up so far; ``{"East": 52, "West": 48}``, a record's values).
+
+Numbers written inside text, and objects of other shapes, give no site: what a sentence's number
+belongs to is not read here, so it is never refused here.
+
+**The rule.** Take a stated number that the evidence grounds, whose holders (the sites whose value
+grounds it) are all labelled and one of them named, and that no check, bound slot or number of the
+goal grounds. The phrase next to it must not name a label word that only *other* named sites have.
+The phrase runs back to the nearest comma, conjunction or other number (further back, within its
+sentence, while a phrase names no label), or is the phrase right after the number when nothing
+before it names a label. Label words are Latin words (two letters or more, a few function words
+aside) and pairs of adjacent CJK characters (``台北人口`` gives 台北 北人 人口), so the rule reads
+Chinese as it reads English.
+
+**Scales.** A named site whose labels carry a scale (``Split population (thousands)``, unit ``万人``)
+also stands for its value times that scale, so "1167.4 thousand" is grounded by 1167.4 thousands.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Iterable, Iterator
+
+from .contracts import Observation
+from .numbers import Number, grounded, read_numbers
+
+MAX_LABEL_CHARS = 60
+MAX_LABEL_WORDS = 8
+MAX_SITES = 2_000
+
+_FUNCTION_WORDS = frozenset(
+    "a an the of in on at to for from by with as is are was were be been its it this that these those "
+    "and or but per than then into over under about".split())
+_WORD = re.compile(r"[^\W\d_]+")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+# Where a sentence ends, and where a phrase inside it ends (a comma, a conjunction).
+_SENTENCE = re.compile(r"[.;!?。；！？\n]")
+_PHRASE = re.compile(r"[,，、]|\b(?:and|or|but|while|whereas|whilst|versus|vs)\b|和|与|而", re.IGNORECASE)
+_SCALES = ((re.compile(r"\bthousands?\b", re.IGNORECASE), 10 ** 3),
+           (re.compile(r"\bmillions?\b", re.IGNORECASE), 10 ** 6),
+           (re.compile(r"\bbillions?\b", re.IGNORECASE), 10 ** 9),
+           (re.compile(r"万"), 10 ** 4), (re.compile(r"亿"), 10 ** 8))
+
+
+def label_words(text: str) -> frozenset[str]:
+    """The label words of a text: Latin words casefolded, CJK runs as adjacent pairs."""
+    words: set[str] = set()
+    for match in _WORD.finditer(text):
+        token = match.group(0)
+        rest = _CJK.sub(" ", token)
+        words.update(w for w in rest.casefold().split() if len(w) >= 2 and w not in _FUNCTION_WORDS)
+        for run in _CJK.findall(token):
+            words.update([run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)])
+    return frozenset(words)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One number of the evidence with its labels."""
+
+    obs_id: str
+    value: float
+    labels: tuple[str, ...]
+    named: bool  # labelled by strings beside it (a fact), not only by its key in a map of numbers
+
+    @cached_property
+    def words(self) -> frozenset[str]:
+        return frozenset().union(*(label_words(label) for label in self.labels)) if self.labels else frozenset()
+
+    def name(self) -> str:
+        return self.labels[0] if self.labels else ""
+
+    def readings(self) -> list[float]:
+        """Its value, and for a named site with a scale in its labels the value times that scale."""
+        text = " ".join(self.labels) if self.named else ""
+        return [self.value] + [self.value * scale for pattern, scale in _SCALES if pattern.search(text)]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _label(value: Any) -> bool:
+    return (isinstance(value, str) and 0 < len(value) <= MAX_LABEL_CHARS
+            and len(value.split()) <= MAX_LABEL_WORDS and bool(_WORD.search(value)))
+
+
+def _sites(value: Any, obs_id: str) -> Iterator[Site]:
+    if isinstance(value, dict):
+        items = list(value.items())
+        if items and all(_number(v) for _, v in items):
+            for key, v in items:  # a map of numbers: each key labels its value
+                yield Site(obs_id, float(v), (str(key),) if _label(str(key)) else (), named=False)
+            return
+        labels = tuple(v for _, v in items if _label(v))
+        for _, v in items:
+            if _number(v):
+                yield Site(obs_id, float(v), labels, named=bool(labels))
+            elif isinstance(v, (dict, list)):
+                yield from _sites(v, obs_id)
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, (dict, list)):
+                yield from _sites(v, obs_id)
+
+
+def sites(observations: Iterable[Observation]) -> list[Site]:
+    """The labelled numbers of these successful Observations (at most ``MAX_SITES``)."""
+    out: list[Site] = []
+    for obs in observations:
+        if obs.ok and obs.result is not None:
+            for site in _sites(obs.result, obs.id):
+                out.append(site)
+                if len(out) >= MAX_SITES:
+                    return out
+    return out
+
+
+def scaled_readings(found: Iterable[Site]) -> list[float]:
+    """What named sites with a scale in their labels also stand for: the value times that scale."""
+    return [value for site in found for value in site.readings()[1:]]
+
+
+def _label_phrase(piece: str, vocabulary: frozenset[str], backwards: bool) -> tuple[frozenset[str], str]:
+    """Backwards: the label words of the phrase of ``piece`` nearest its end that names any, within
+    its last sentence, and the phrase. Forwards: those of its first phrase."""
+    if not backwards:
+        phrase = _PHRASE.split(_SENTENCE.split(piece)[0])[0]
+        return label_words(phrase) & vocabulary, phrase
+    for phrase in reversed(_PHRASE.split(_SENTENCE.split(piece)[-1])):
+        words = label_words(phrase) & vocabulary
+        if words:
+            return words, phrase
+    return frozenset(), ""
+
+
+@dataclass(frozen=True)
+class Misattribution:
+    number: Number
+    holder: Site
+    phrase: str  # the answer's words next to it, naming another fact
+    rival: str  # a label of that other fact
+
+    def text(self) -> str:
+        return (f"the number {self.number.text} is the value of '{self.holder.name()}' in {self.holder.obs_id}, "
+                f"not of '{self.phrase}', which names another fact ('{self.rival}'); find the evidence for the fact it names")
+
+
+def misattributed(answer: str, checked: Iterable[Number], cited: Iterable[Observation],
+                  context: Iterable[Observation], exempt: list[float]) -> list[Misattribution]:
+    """The stated numbers of ``checked`` (read from ``answer``) held by a named site of the cited
+    Observations but stated next to a label only other named sites (of ``context``, every successful
+    Observation the run can see) have. A number ``exempt`` grounds (a check's value, a bound slot, a
+    number of the goal) is not a fact's and is never refused here."""
+    holders_of = sites(cited)
+    known = [s for s in sites(context) if s.named]
+    if not known:
+        return []
+    label_vocabulary = frozenset().union(*(s.words for s in known))
+    numbers = read_numbers(answer)
+    out: list[Misattribution] = []
+    for number in checked:
+        if grounded(number, exempt):
+            continue
+        holders = [s for s in holders_of if grounded(number, s.readings())]
+        if not holders or not any(s.named for s in holders) or not all(s.labels for s in holders):
+            continue
+        own = frozenset().union(*(s.words for s in holders))
+        before = [n for n in numbers if n.end <= number.start]
+        after = [n for n in numbers if n.start >= number.end]
+        words, phrase = _label_phrase(answer[before[-1].end if before else 0:number.start], label_vocabulary, True)
+        if not words:
+            words, phrase = _label_phrase(answer[number.end:after[0].start if after else len(answer)],
+                                          label_vocabulary, False)
+        foreign = words - own
+        if not foreign:
+            continue
+        rival = next(s for s in known if s.words & foreign)
+        named = next(label for label in rival.labels if label_words(label) & foreign)
+        out.append(Misattribution(number, next(s for s in holders if s.named), " ".join(phrase.split())[:MAX_LABEL_CHARS], named))
+    return out
