@@ -328,11 +328,17 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
         mine = [r for r in rewrites if r.get("path") == path and r.get("name") == name]
         original = str(mine[0].get("before") or source) if mine else source
         tries = list(dict.fromkeys(m.group(1) for r in mine if (m := _MUST_BE.search(str(r.get("diagnosis") or "")))))
+        blamed = [m.group(1) for r in mine if (m := _BLAMED.search(str(r.get("diagnosis") or "")))]
+        cleared = [line for line in dict.fromkeys(blamed) if blamed.count(line) >= BLAME_LIMIT]
+        if not set(blamable_lines(original)) - set(cleared):
+            cleared = []  # no other line to name
         originals.append(original)
-        tried.append(tries)
+        tried.append((tries, cleared))
         if mine:
             shown.append(f"{name} in {path} as the task gave it (your rewrites failed):\n{original}"
-                         + (f"\nAlready tried, the tests still failed: {', '.join(f'`{t}`' for t in tries)}" if tries else ""))
+                         + (f"\nAlready tried, the tests still failed: {', '.join(f'`{t}`' for t in tries)}" if tries else "")
+                         + "".join(f"\n`{line}` was fixed {blamed.count(line)} ways and the tests still failed: "
+                                   "the wrong line is another one" for line in cleared))
         else:
             shown.append(f"{name} in {path}, now:\n{source}")
     paths = list(dict.fromkeys(path for path, _, _ in chosen))
@@ -350,7 +356,7 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     if unwritten:
         narrowed.append(("diagnosis", {"const": None}))
     else:
-        narrowed.append(("diagnosis", diagnosis_schema(originals[0], tried[0]) if len(chosen) == 1 else DIAGNOSIS_SCHEMA))
+        narrowed.append(("diagnosis", diagnosis_schema(originals[0], *tried[0]) if len(chosen) == 1 else DIAGNOSIS_SCHEMA))
     if len(chosen) == 1:
         pattern = def_line_pattern(originals[0], written=unwritten)
         narrowed.append(("source", {"type": "string", "pattern": pattern}))
@@ -359,6 +365,11 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
 
 
 _MUST_BE = re.compile(r"it must be `(.*)`$")
+_BLAMED = re.compile(r"^The wrong line is `(.*?)`; it must be `")
+#: a line named wrong this many times by rewrites that all failed is no longer offered as the wrong
+#: one (the 1.5B blamed a ``return`` line four times, fixing it four ways, where the ``if`` above it
+#: was the bug, until the tool budget ran out)
+BLAME_LIMIT = 2
 
 
 def _stubs(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
@@ -388,14 +399,13 @@ def is_stub(source: str) -> bool:
     return False
 
 
-def diagnosis_schema(source: str, tried: list[str] = ()) -> dict[str, Any]:
+def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()) -> dict[str, Any]:
     """The diagnosis in a fixed form: which of the function's own lines is wrong (one of them, as
-    the file has it) and what it must be instead -- neither that line unchanged nor a fix already
-    ``tried`` -- before the source is written (the 1.5B, asked for the source straight away or for a
-    free diagnosis, named the wrong line but copied it unchanged)."""
-    lines = [line.strip() for line in textwrap.dedent(source).splitlines()[1:]]
-    choices = [line for line in dict.fromkeys(lines) if line and "`" not in line and "\\" not in line
-               and not line.startswith(('"""', "'''", "#"))]
+    the file has it, and not one ``cleared`` -- fixed ``BLAME_LIMIT`` ways already, each failing --
+    while another is left) and what it must be instead -- neither that line unchanged nor a fix
+    already ``tried`` -- before the source is written (the 1.5B, asked for the source straight away
+    or for a free diagnosis, named the wrong line but copied it unchanged)."""
+    choices = [line for line in blamable_lines(source) if line not in cleared] or blamable_lines(source)
     if not choices:
         return DIAGNOSIS_SCHEMA
     options = []
@@ -407,6 +417,14 @@ def diagnosis_schema(source: str, tried: list[str] = ()) -> dict[str, Any]:
         new = differs_from(list(dict.fromkeys(known)), MAX_DIAGNOSIS_FIX, exclude="`\n")[1:-1]  # without its anchors
         options.append(f"{_literal(line)}`; it must be `{new}")
     return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
+
+
+def blamable_lines(source: str) -> list[str]:
+    """The lines of a function a diagnosis may name as the wrong one: its code lines after the def
+    line, stripped, each once."""
+    lines = [line.strip() for line in textwrap.dedent(source).splitlines()[1:]]
+    return [line for line in dict.fromkeys(lines) if line and "`" not in line and "\\" not in line
+            and not line.startswith(('"""', "'''", "#"))]
 
 
 def _variants(line: str) -> tuple[str, ...]:

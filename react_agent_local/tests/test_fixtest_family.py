@@ -575,3 +575,57 @@ def test_a_diagnosis_never_names_a_tried_fix_again_not_even_with_a_colon_or_semi
         assert not allowed(tried), tried
     assert allowed("if value > best:") and allowed("if value >= best:")
     assert not allowed("if value > best:", line="if value > best:")  # only the function's own lines
+
+
+def test_a_line_fixed_two_ways_that_both_failed_is_no_longer_offered_as_the_wrong_line():
+    """The 1.5B blamed the ``return`` line of ``if amount > 200: return round(amount * 0.9, 2)`` four
+    times, fixing it four ways, where the ``if`` was the bug."""
+    import re
+
+    from agent.workspace_evidence import diagnosis_schema
+
+    source = ("def final_price(amount):\n    if amount > 200:\n        return round(amount * 0.9, 2)\n"
+              "    return amount\n")
+    blamed = "return round(amount * 0.9, 2)"
+    pattern = diagnosis_schema(source, ["return round(amount * 0.9, 2) - 10"], [blamed])["pattern"]
+
+    def allowed(line: str, fix: str) -> bool:
+        return re.fullmatch(pattern, f"The wrong line is `{line}`; it must be `{fix}`") is not None
+
+    assert not allowed(blamed, "return round(amount * 0.8, 2)")
+    assert allowed("if amount > 200:", "if amount >= 200:") and allowed("return amount", "return amount * 1")
+    only = "def f(x):\n    return x\n"  # the one line left stays offered
+    assert re.fullmatch(diagnosis_schema(only, [], ["return x"])["pattern"], "The wrong line is `return x`; it must be `return 2 * x`")
+
+
+def test_after_two_failed_fixes_of_one_line_the_next_diagnosis_names_another(tmp_path):
+    from agent.workspace_evidence import blamable_lines
+
+    for root in generate_packs(tmp_path / "packs", 12, seed=3):  # a bug in a function of several lines
+        pack = TaskPack.load(root)
+        expected = pack.load_expected()
+        fix, name = expected["reference_fix"], expected["function"]
+        original = (pack.root / "workspace" / fix["path"]).read_text()
+        function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
+        if len(blamable_lines(function)) >= 2:
+            break
+    else:
+        pytest.fail("no generated bug in a function of two lines or more")
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    old = fix["old"].strip()
+    outputs = [json.dumps({"path": p}) for p in read_items(pack)] + [test_run]
+    for k in (1, 2):  # the buggy line "fixed" in ways that change nothing
+        outputs += [json.dumps({"path": fix["path"], "name": name,
+                                "source": function.replace(fix["old"], fix["old"] + "  " + "#" * k),
+                                "diagnosis": f"The wrong line is `{old}`; it must be `{old}  {'#' * k}`"}), test_run]
+    outputs += [json.dumps({"path": fix["path"], "name": name, "source": function.replace(fix["old"], fix["new"])}),
+                test_run, json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path, budgets=Budgets(max_tool_calls=12))
+    third = policy.requests[len(read_items(pack)) + 5]
+    assert f"`{old}` was fixed 2 ways and the tests still failed: the wrong line is another one" \
+        in third.messages[-1]["content"]
+    diagnosis = re.compile(third.value_schema["properties"]["diagnosis"]["pattern"])
+    assert not diagnosis.match(f"The wrong line is `{old}`; it must be `{fix['new'].strip()}`")
+    second = policy.requests[len(read_items(pack)) + 3]  # after one failed fix the line is still offered
+    assert re.compile(second.value_schema["properties"]["diagnosis"]["pattern"]).match(
+        f"The wrong line is `{old}`; it must be `{fix['new'].strip()}`")
