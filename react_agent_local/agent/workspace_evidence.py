@@ -19,8 +19,8 @@ the path to the files read that the task lets change, and for ``edit_file`` the 
 their code lines that occurs exactly once, so the model chooses which line and writes its fix,
 and never loses a step to an ``old`` that is not in the file. For ``replace_function`` the change is
 narrowed to the functions the failing run names (``name(`` in its output), and the step's instruction
-shows the failure (the assertion and its values) beside each such function's source as it is now, so
-the model rewrites the function with both in front of it.
+shows the failure (the assertion and its values, and the failing test's source) beside each such
+function's source as it is now, so the model rewrites the function with both in front of it.
 
 Pure functions of (task, Observations, workspace); the runtime calls them from its evidence gate and
 its guided branch.
@@ -261,6 +261,29 @@ def failure_detail(run: Observation, limit: int = MAX_FAILURE_LINES) -> list[str
     return picked or [failure_summary(run)]
 
 
+_FAILED_TEST = re.compile(r"^FAILED ([^\s:]+\.py)::([\w:]+)")
+MAX_TEST_LINES = 16
+
+
+def failing_tests(run: Observation, workspace: Any, limit: int = 2) -> list[str]:
+    """The source of the tests a failed pytest run names (``FAILED path::test``), as the workspace
+    has them, at most ``limit`` of at most ``MAX_TEST_LINES`` lines each: the report shows the first
+    assertion that failed, the test shows every case the fix must meet (the 1.5B fixed ``is_leap``
+    for 2000, then broke 1900, then fixed 1900 and broke 2000)."""
+    result = run.result or {}
+    out: list[str] = []
+    for line in str(result.get("stdout") or "").splitlines():
+        if len(out) >= limit:
+            break
+        if not (match := _FAILED_TEST.match(line.strip())):
+            continue
+        text = workspace.read_text(match.group(1))
+        source = ops.function_source(text, match.group(2).replace("::", ".")) if text else None
+        if source and len(source.splitlines()) <= MAX_TEST_LINES and source not in out:
+            out.append(source)
+    return out
+
+
 _ASSERT_EQUAL = re.compile(r"^\s*assert (.+?) == (.+?)\s*$")
 _TRUTH = re.compile(r"^\s*assert (not )?(\w[\w.]*\(.*\))\s*$")
 
@@ -320,6 +343,9 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     stubs = [f for f in (called or functions) if is_stub(f[2])]
     chosen = (stubs or called or functions)[:MAX_FUNCTIONS]
     detail = "\n".join(failure_detail(run)) if run is not None else ""
+    tests = failing_tests(run, workspace) if run is not None and not passed(run) else []
+    if tests:
+        detail += "\nThe failing test, every case of which the fix must meet:\n" + "\n".join(tests)
     if not chosen:
         return Step("replace_function", f"a fix that makes the tests pass ({run.id} {failure_summary(run)})")
     rewrites = [o.result or {} for o in observations if o.ok and o.tool == "replace_function"]

@@ -451,6 +451,7 @@ def test_a_generated_pack_rewrites_the_function_the_failure_names_until_the_test
     test_run = json.dumps({"command": pack.task.workspace.test_command})
     wrong = function.replace(fix["old"], fix["old"] + "  # unchanged in effect")
     tried = fix["old"].strip() + "  # unchanged in effect"
+    tests = "\n".join(path.read_text() for path in (pack.root / "workspace" / "tests").glob("test_*.py"))
     outputs = [json.dumps({"path": p}) for p in read_items(pack)] + [test_run]
     outputs += [json.dumps({"path": fix["path"], "name": name, "source": def_line + "\n    return (\n"}),  # no parse
                 json.dumps({"path": fix["path"], "name": name, "source": wrong,
@@ -476,6 +477,8 @@ def test_a_generated_pack_rewrites_the_function_the_failure_names_until_the_test
         assert not re.match(pattern, "    return 1") and not re.match(pattern, def_line + "\n    return 1")
         turn = request.messages[-1]["content"]
         assert f"{name} in {fix['path']}" in turn and "\nE   " in turn  # the source and the failure's values
+        assert "The failing test, every case of which the fix must meet:\n" in turn
+        assert any(block.strip() in turn for block in tests.split("\n\n\n") if f"{name}(" in block)  # whole
         assert f"def {name}(" in json.loads('"' + request.drafts[0] + '"')
     assert "def " + name not in "".join(d for d in first.drafts[1:])  # the helpers the failure never calls: not offered
     # after the failed rewrite: the function as the task gave it, the fix tried, and a diagnosis may not propose it again
