@@ -131,6 +131,34 @@ def sites(observations: Iterable[Observation]) -> list[Site]:
     return out
 
 
+def without_name_digits(answer: str, found: Iterable[Site]) -> str:
+    """``answer`` with the digits of every label that holds letters and digits (``Turku hospital
+    beds 2015``) blanked where the answer writes that label, one space for one digit: those digits
+    name a fact, they state no number (the 1.5B wrote "Turku hospital beds 2015 = 4535 beds", which
+    read as the false comparison 2015 = 4535)."""
+    labels = {label for site in found for label in site.labels
+              if len(label) >= 4 and any(c.isdigit() for c in label) and _WORD.search(label)}
+    spans = [m.span() for label in labels for m in re.finditer(re.escape(label), answer, re.IGNORECASE)]
+    if not spans:
+        return answer
+    chars = list(answer)
+    for start, end in spans:
+        for i in range(start, end):
+            if chars[i].isdigit():
+                chars[i] = " "
+    return "".join(chars)
+
+
+_REFERENCE = re.compile(r"(?:\b(?:steps?|observations?|obs|turns?|calls?|attempts?)|#|第)\s*$", re.IGNORECASE)
+
+
+def is_reference(answer: str, number: Number) -> bool:
+    """Is ``number`` a plain integer written right after a word that points at a step or an
+    Observation ("citing the observation from step 11")? It numbers a step; it claims nothing."""
+    return (number.plain_integer and number.value > 0
+            and _REFERENCE.search(answer[max(0, number.start - 20):number.start]) is not None)
+
+
 def scaled_readings(found: Iterable[Site]) -> list[float]:
     """What named sites with a scale in their labels also stand for: the value times that scale."""
     return [value for site in found for value in site.readings()[1:]]

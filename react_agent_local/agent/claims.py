@@ -9,7 +9,10 @@ any script) and checked, using only the cited successful Observations (and the g
   rounded to the decimals it is written with (``78.13`` for 78.125, ``818.9万`` for 8189137), or
   rounded to a whole number of its unit only where the goal or the guide asks for rounding
   (``81695`` for 81695.19 "to the nearest whole dollar"); a percentage may be its fraction
-  (``31.22%`` for 0.3122). Plain integers up to 10 are exempt, since prose counts things;
+  (``31.22%`` for 0.3122). Plain integers up to 10 are exempt, since prose counts things, and so is
+  a step or Observation written by its number ("from step 11", ``attribution.is_reference``). The
+  digits of a fact's name the answer writes (``Turku hospital beds 2015``) state no number and no
+  comparison (``attribution.without_name_digits``);
 * **comparisons** -- every ``X >= Y`` (also ``≥ > <= ≤ < == !=``, arithmetic on either side) it
   states is arithmetically true, and where it claims a truth (``is True``, ``为False``, ``成立``) that
   claim is right;
@@ -44,7 +47,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping
 
-from .attribution import misattributed, scaled_readings, sites
+from .attribution import is_reference, misattributed, scaled_readings, sites, without_name_digits
 from .check_language import evaluate, outer_function
 from .contracts import AnswerGuide, CheckSpec, Observation
 from .numbers import Comparison, Number, asks_rounding, close, compare, grounded, numbers_in, read_comparisons, read_numbers
@@ -286,6 +289,8 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
     """Every false claim of the answer, in the order of the module docstring. ``context`` is every
     Observation the run can see (default: the cited ones), for the names a number may be stated under."""
     bound, problems = slot_values(answer, guide.answer_form if guide else None, evidence)
+    seen = evidence if context is None else context
+    answer = without_name_digits(answer, sites(seen))  # from here on: a fact's name states no number
     declared = [c.left for c in checks if c.left is not None] + [c.right for c in checks if c.right is not None] + bound
     observed = evidence_readings(evidence) + scaled_readings(sites(evidence)) + declared
     goal_numbers = [r for n in read_numbers(goal) for r in n.readings()]
@@ -295,7 +300,8 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
     ungrounded: set[float] = set()
     founded: list[Number] = []
     for number in read_numbers(answer):
-        if number.plain_integer and abs(number.value) <= SMALL_INTEGER or number.value in ungrounded:
+        if number.plain_integer and abs(number.value) <= SMALL_INTEGER or number.value in ungrounded \
+                or is_reference(answer, number):
             continue
         if not grounded(number, observed + goal_numbers, whole=whole):
             ungrounded.add(number.value)
@@ -303,8 +309,7 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
         else:
             founded.append(number)
     problems += [Problem("attribution", m.text()) for m in
-                 misattributed(answer, founded, evidence, evidence if context is None else context,
-                               declared + goal_numbers)]
+                 misattributed(answer, founded, evidence, seen, declared + goal_numbers)]
     comparisons = stated_comparisons(answer)
     for c in comparisons:
         if c.false:
