@@ -104,6 +104,7 @@ class Run:
         self.record = RunRecord(usage=self.usage)
         prior = prior or PriorTurns()  # a session's earlier turns: their evidence stays citable
         self.observations: list[Observation] = list(prior.observations)
+        self._prior = len(prior.observations)
         self.evidence: StepEvidence | None = None  # of the Observations so far, rebuilt when one is added
         self.feedback: list[str] = list(prior.notes)
         # The conversation so far (prompting.PromptState.history): raw model text, prompt-only, never traced.
@@ -186,7 +187,8 @@ class Run:
         return self.trace.emit(kind, "tool", self.step, **data)
 
     def _evidence(self) -> StepEvidence:
-        return step_evidence(self.pack.task, self.observations, self.tools, self.pack.guide, self.language)
+        return step_evidence(self.pack.task, self.observations, self.tools, self.pack.guide, self.language,
+                             self._prior)
 
     # -- the model --------------------------------------------------------------------------
 

@@ -74,6 +74,8 @@ class StepEvidence:
     #: the guide's checks, resolved against ``latest_ok``
     checks: tuple[ResolvedCheck, ...]
     expectations: tuple[Expectation, ...]
+    #: how many of ``observations`` (the first ones) a session's earlier turns made
+    prior: int = 0
 
     @property
     def ready(self) -> bool:
@@ -104,8 +106,9 @@ class StepEvidence:
 
 
 def step_evidence(task: TaskSpec, observations: Iterable[Observation], tools: ToolRegistry, guide: GuideSource,
-                  language: str) -> StepEvidence:
-    """The evidence of the Observations so far, for a run of ``task`` with ``tools``."""
+                  language: str, prior: int = 0) -> StepEvidence:
+    """The evidence of the Observations so far (the first ``prior`` of them from a session's earlier
+    turns), for a run of ``task`` with ``tools``."""
     observations = tuple(observations)
     latest = latest_ok(observations)
     covered = {tool: coverage(observations, tool, tools) for tool in task.subgoals if tool in tools}
@@ -122,7 +125,7 @@ def step_evidence(task: TaskSpec, observations: Iterable[Observation], tools: To
     checks = tuple(resolve_checks(answer_guide.checks, latest)) if answer_guide else ()
     return StepEvidence(observations=observations, latest_ok=latest, covered=covered, required=tuple(required),
                         guide=answer_guide, checks=checks,
-                        expectations=_expectations(answer_guide, latest, tools.names))
+                        expectations=_expectations(answer_guide, latest, tools.names), prior=prior)
 
 
 def latest_ok(observations: Iterable[Observation]) -> dict[str, Observation]:
@@ -197,6 +200,10 @@ def ref_tool(operand: float | str, names: list[str]) -> str | None:
     return next((name for name in names if ref.startswith(name + ".")), None)
 
 
+def _tool_of(evidence: StepEvidence, obs_id: str) -> str:
+    return next(o.tool for o in evidence.observations if o.id == obs_id)
+
+
 def premature(evidence: StepEvidence, evidence_ids: list[str], task: TaskSpec, workspace: Any) -> list[str]:
     """Why a Final citing ``evidence_ids`` comes too early; empty when the evidence gate lets it through."""
     known = {o.id for o in evidence.observations}
@@ -204,10 +211,15 @@ def premature(evidence: StepEvidence, evidence_ids: list[str], task: TaskSpec, w
     unknown = [i for i in evidence_ids if i not in known]
     if unknown:
         problems.append(f"evidence_ids cite observations that do not exist: {', '.join(unknown[:5])}"[:300])
+    index = {o.id: i for i, o in enumerate(evidence.observations)}
+    cited_ok = {o.tool for o in evidence.observations if o.id in evidence_ids and o.ok}
     for what, obs_id in evidence.required:
         if obs_id is None:
             problems.append(f"no successful {what} observation yet")
-        elif obs_id not in evidence_ids:
+        elif obs_id not in evidence_ids and not (index[obs_id] < evidence.prior and _tool_of(evidence, obs_id) in cited_ok):
+            # An earlier turn's latest Observation need not be cited by a turn that made none of that
+            # tool: it answers its own question, maybe from an older one (a recall of turn 3 in turn
+            # 12 was refused for not citing turn 11's lookup, then answered turn 11's question).
             problems.append(f"evidence_ids must cite the latest successful {what} observation {obs_id}")
     problems += [f"the latest {e.tool} result {e.falls_short()}" for e in evidence.failing()]
     return problems + final_problems(task, list(evidence.observations), workspace, evidence_ids)

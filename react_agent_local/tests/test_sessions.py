@@ -151,6 +151,32 @@ def test_follow_up_turns_cite_earlier_evidence(tmp_path):
     assert log.summary()["turns"] == 3 and log.summary()["last_message"] == INVERSE
 
 
+def test_a_recall_cites_the_lookup_it_recalls_not_the_latest_of_an_earlier_turn(tmp_path):
+    """Turn 12 of a long session recalled turn 3's lookup and was refused for not citing turn 11's,
+    the latest lookup of the session; then it answered turn 11's question instead."""
+    store = SessionStore(tmp_path)
+    with store.create(pack=RATIO.name) as session:
+        Conversation(session, RATIO, ScriptedPolicy([ratio_step] * 5)).run_turn(QUESTION)  # obs 1-3
+        again = Conversation(session, RATIO, ScriptedPolicy([
+            free_action("lookup_fact", {"query": TAIPEI}),
+            free_final(f"{TAIPEI}为{value(TAIPEI)}", ["obs-lookup_fact-4", "obs-lookup_fact-2", "obs-calculator-3"]),
+        ]), mode="free").run_turn(f"再查一次{TAIPEI}")
+        assert again.observation_ids == ["obs-lookup_fact-4"] and again.result.stop_reason == "completed"
+        recall = Conversation(session, RATIO, ScriptedPolicy([
+            free_final(f"{NEW_YORK}为{value(NEW_YORK)}", ["obs-lookup_fact-2", "obs-calculator-3"]),
+        ]), mode="free").run_turn(f"刚才查到的{NEW_YORK}是多少？")
+        assert recall.result.stop_reason == "completed" and recall.observation_ids == []
+        # within a turn the latest Observation must still be cited: turn 2 made obs-4 itself
+        stale = Conversation(session, RATIO, ScriptedPolicy([
+            free_action("lookup_fact", {"query": TAIPEI}),
+            free_final(f"{TAIPEI}为{value(TAIPEI)}", ["obs-lookup_fact-4", "obs-lookup_fact-2", "obs-calculator-3"]),
+            free_final(f"{TAIPEI}为{value(TAIPEI)}", ["obs-lookup_fact-5", "obs-lookup_fact-2", "obs-calculator-3"]),
+        ]), mode="free").run_turn(f"再查一次{TAIPEI}")
+        gate = [e for e in stale.events if e["type"] == "final.validated"]
+        assert [g["accepted"] for g in gate] == [False, True]
+        assert "must cite the latest successful lookup_fact" in gate[0]["message"] and "obs-lookup_fact-5" in gate[0]["message"]
+
+
 def test_a_follow_up_asks_its_own_question_and_the_packs_goal_asks_the_packs(tmp_path):
     """Turn 1 and a turn on the pack's goal are held to the pack's answer form and graded by its
     ground truth; a follow-up answers in prose, still gated on its evidence and its claims, and its
