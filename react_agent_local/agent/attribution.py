@@ -189,17 +189,28 @@ class Misattribution:
                 f"not of '{self.phrase}', which names another fact ('{self.rival}'); find the evidence for the fact it names")
 
 
+_PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+
+
+def goal_names(goal: str) -> frozenset[str]:
+    """The names a goal writes with a capital inside a sentence (``Porto`` in "What is the Porto
+    metro population?"): a fact the answer may name before the run has seen it."""
+    return frozenset(w.casefold() for w in _PROPER.findall(goal.strip()) if w.casefold() not in _FUNCTION_WORDS)
+
+
 def misattributed(answer: str, checked: Iterable[Number], cited: Iterable[Observation],
-                  context: Iterable[Observation], exempt: list[float]) -> list[Misattribution]:
+                  context: Iterable[Observation], exempt: list[float], goal: str = "") -> list[Misattribution]:
     """The stated numbers of ``checked`` (read from ``answer``) held by a named site of the cited
     Observations but stated next to a label only other named sites (of ``context``, every successful
-    Observation the run can see) have. A number ``exempt`` grounds (a check's value, a bound slot, a
-    number of the goal) is not a fact's and is never refused here."""
+    Observation the run can see) have, or a name the ``goal`` writes with a capital that their own
+    labels lack. A number ``exempt`` grounds (a check's value, a bound slot, a number of the goal) is
+    not a fact's and is never refused here."""
     holders_of = sites(cited)
     known = [s for s in sites(context) if s.named]
     if not known:
         return []
-    label_vocabulary = frozenset().union(*(s.words for s in known))
+    asked = goal_names(goal)
+    label_vocabulary = frozenset().union(*(s.words for s in known)) | asked
     numbers = read_numbers(answer)
     out: list[Misattribution] = []
     for number in checked:
@@ -218,7 +229,25 @@ def misattributed(answer: str, checked: Iterable[Number], cited: Iterable[Observ
         foreign = words - own
         if not foreign:
             continue
-        rival = next(s for s in known if s.words & foreign)
-        named = next(label for label in rival.labels if label_words(label) & foreign)
+        rival = next((s for s in known if s.words & foreign), None)
+        named = (next(label for label in rival.labels if label_words(label) & foreign) if rival is not None
+                 else "the question names it")
         out.append(Misattribution(number, next(s for s in holders if s.named), " ".join(phrase.split())[:MAX_LABEL_CHARS], named))
     return out
+
+
+def off_question(checked: Iterable[Number], cited: Iterable[Observation], context: Iterable[Observation],
+                 goal: str, exempt: list[float]) -> list[str]:
+    """The labels of the facts the goal names word for word (``'Leeds population'``) when the answer
+    states the values of other named facts and of none of those: it answers another question (a
+    session's recalls answered the question of the turn before)."""
+    folded = goal.casefold()
+    asked = [s for s in sites(context) if s.named and any(len(l) >= 4 and l.casefold() in folded for l in s.labels)]
+    if not asked:
+        return []
+    holders_of = [s for s in sites(cited) if s.named]
+    stated = [n for n in checked if not grounded(n, exempt)]
+    facts = [s for n in stated for s in holders_of if grounded(n, s.readings())]
+    if not facts or any(grounded(n, s.readings()) for n in stated for s in asked):
+        return []
+    return list(dict.fromkeys(next(l for l in s.labels if len(l) >= 4 and l.casefold() in folded) for s in asked))

@@ -31,7 +31,8 @@ any script) and checked, using only the cited successful Observations (and the g
 * **attribution** -- a number a cited Observation holds as a named fact's (``attribution.py``) is not
   stated next to the name of another fact the run has seen ("Graz population is 2301910" where
   2301910 is the Leeds lookup's). A number a site labels with a scale (``(thousands)``) may be stated
-  with it ("1167.4 thousand").
+  with it ("1167.4 thousand"). Where the goal names a fact word for word, an answer stating only other
+  facts' values answers another question (``attribution.off_question``).
 
 An operand of a check is a number or an expression of the check language (``check_language.py``)
 over the evidence: ``TOOL.path`` names a field of the latest successful Observation of TOOL
@@ -47,7 +48,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping
 
-from .attribution import is_reference, misattributed, scaled_readings, sites, without_name_digits
+from .attribution import is_reference, misattributed, off_question, scaled_readings, sites, without_name_digits
 from .check_language import evaluate, outer_function
 from .contracts import AnswerGuide, CheckSpec, Observation
 from .numbers import Comparison, Number, asks_rounding, close, compare, grounded, numbers_in, read_comparisons, read_numbers
@@ -309,7 +310,11 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
         else:
             founded.append(number)
     problems += [Problem("attribution", m.text()) for m in
-                 misattributed(answer, founded, evidence, seen, declared + goal_numbers)]
+                 misattributed(answer, founded, evidence, seen, declared + goal_numbers, goal)]
+    asked = off_question(founded, evidence, seen, goal, declared + goal_numbers)
+    if asked:
+        problems.append(Problem("attribution", f"the question asks for {', '.join(repr(a) for a in asked[:3])}; "
+                                "the answer states the value of another fact"))
     comparisons = stated_comparisons(answer)
     for c in comparisons:
         if c.false:
