@@ -108,6 +108,10 @@ def _sites(value: Any, obs_id: str) -> Iterator[Site]:
                 yield Site(obs_id, float(v), (str(key),) if _label(str(key)) else (), named=False)
             return
         labels = tuple(v for _, v in items if _label(v))
+        # A label holding another of the same object and three words more wraps it (a query the model
+        # wrote around the fact's name: "The value of the fact 'Turku population' is"): the name is the label.
+        labels = tuple(v for v in labels if not any(o.casefold() in v.casefold() and len(v.split()) >= len(o.split()) + 3
+                                                    for o in labels))
         for _, v in items:
             if _number(v):
                 yield Site(obs_id, float(v), labels, named=bool(labels))
@@ -185,8 +189,10 @@ class Misattribution:
     rival: str  # a label of that other fact
 
     def text(self) -> str:
+        # the answer's own words are not quoted back: the 1.5B copied them into its next lookup
         return (f"the number {self.number.text} is the value of '{self.holder.name()}' in {self.holder.obs_id}, "
-                f"not of '{self.phrase}', which names another fact ('{self.rival}'); find the evidence for the fact it names")
+                f"but the answer states it for another fact ({self.rival}); state each value only for its own "
+                f"fact, and find the evidence for the fact the question asks about")
 
 
 _PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
@@ -230,8 +236,8 @@ def misattributed(answer: str, checked: Iterable[Number], cited: Iterable[Observ
         if not foreign:
             continue
         rival = next((s for s in known if s.words & foreign), None)
-        named = (next(label for label in rival.labels if label_words(label) & foreign) if rival is not None
-                 else "the question names it")
+        named = (repr(next(label for label in rival.labels if label_words(label) & foreign)) if rival is not None
+                 else "one the question names")
         out.append(Misattribution(number, next(s for s in holders if s.named), " ".join(phrase.split())[:MAX_LABEL_CHARS], named))
     return out
 
