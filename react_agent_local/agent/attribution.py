@@ -204,15 +204,15 @@ def goal_names(goal: str) -> frozenset[str]:
     return frozenset(w.casefold() for w in _PROPER.findall(goal.strip()) if w.casefold() not in _FUNCTION_WORDS)
 
 
-def misattributed(answer: str, checked: Iterable[Number], cited: Iterable[Observation],
-                  context: Iterable[Observation], exempt: list[float], goal: str = "") -> list[Misattribution]:
+def misattributed(answer: str, checked: Iterable[Number], cited: list[Site], context: list[Site],
+                  exempt: list[float], goal: str = "") -> list[Misattribution]:
     """The stated numbers of ``checked`` (read from ``answer``) held by a named site of the cited
-    Observations but stated next to a label only other named sites (of ``context``, every successful
-    Observation the run can see) have, or a name the ``goal`` writes with a capital that their own
+    Observations (``cited``: their ``sites``) but stated next to a label only other named sites (of
+    ``context``, the sites of every successful Observation the run can see) have, or a name the ``goal`` writes with a capital that their own
     labels lack. A number ``exempt`` grounds (a check's value, a bound slot, a number of the goal) is
     not a fact's and is never refused here."""
-    holders_of = sites(cited)
-    known = [s for s in sites(context) if s.named]
+    holders_of = cited
+    known = [s for s in context if s.named]
     if not known:
         return []
     asked = goal_names(goal)
@@ -242,16 +242,16 @@ def misattributed(answer: str, checked: Iterable[Number], cited: Iterable[Observ
     return out
 
 
-def off_question(checked: Iterable[Number], cited: Iterable[Observation], context: Iterable[Observation],
-                 goal: str, exempt: list[float]) -> list[str]:
+def off_question(checked: Iterable[Number], cited: list[Site], context: list[Site], goal: str,
+                 exempt: list[float]) -> list[str]:
     """The labels of the facts the goal names word for word (``'Leeds population'``) when the answer
     states the values of other named facts and of none of those: it answers another question (a
     session's recalls answered the question of the turn before)."""
     folded = goal.casefold()
-    asked = [s for s in sites(context) if s.named and any(len(l) >= 4 and l.casefold() in folded for l in s.labels)]
+    asked = [s for s in context if s.named and any(len(l) >= 4 and l.casefold() in folded for l in s.labels)]
     if not asked:
         return []
-    holders_of = [s for s in sites(cited) if s.named]
+    holders_of = [s for s in cited if s.named]
     stated = [n for n in checked if not grounded(n, exempt)]
     facts = [s for n in stated for s in holders_of if grounded(n, s.readings())]
     if not facts or any(grounded(n, s.readings()) for n in stated for s in asked):

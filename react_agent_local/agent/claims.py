@@ -290,10 +290,11 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
     """Every false claim of the answer, in the order of the module docstring. ``context`` is every
     Observation the run can see (default: the cited ones), for the names a number may be stated under."""
     bound, problems = slot_values(answer, guide.answer_form if guide else None, evidence)
-    seen = evidence if context is None else context
-    answer = without_name_digits(answer, sites(seen))  # from here on: a fact's name states no number
+    cited_sites = sites(evidence)
+    seen_sites = cited_sites if context is None else sites(context)
+    answer = without_name_digits(answer, seen_sites)  # from here on: a fact's name states no number
     declared = [c.left for c in checks if c.left is not None] + [c.right for c in checks if c.right is not None] + bound
-    observed = evidence_readings(evidence) + scaled_readings(sites(evidence)) + declared
+    observed = evidence_readings(evidence) + scaled_readings(cited_sites) + declared
     goal_numbers = [r for n in read_numbers(goal) for r in n.readings()]
     # A binding's own text (``round(calculator.value, 2)``) is no request to round what the answer states.
     form = _SLOT.sub(" ", guide.answer_form or "") if guide else ""
@@ -310,8 +311,8 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
         else:
             founded.append(number)
     problems += [Problem("attribution", m.text()) for m in
-                 misattributed(answer, founded, evidence, seen, declared + goal_numbers, goal)]
-    asked = off_question(founded, evidence, seen, goal, declared + goal_numbers)
+                 misattributed(answer, founded, cited_sites, seen_sites, declared + goal_numbers, goal)]
+    asked = off_question(founded, cited_sites, seen_sites, goal, declared + goal_numbers)
     if asked:
         problems.append(Problem("attribution", f"the question asks for {', '.join(repr(a) for a in asked[:3])}; "
                                 "the answer states the value of another fact"))

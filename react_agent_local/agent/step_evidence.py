@@ -200,10 +200,6 @@ def ref_tool(operand: float | str, names: list[str]) -> str | None:
     return next((name for name in names if ref.startswith(name + ".")), None)
 
 
-def _tool_of(evidence: StepEvidence, obs_id: str) -> str:
-    return next(o.tool for o in evidence.observations if o.id == obs_id)
-
-
 def premature(evidence: StepEvidence, evidence_ids: list[str], task: TaskSpec, workspace: Any) -> list[str]:
     """Why a Final citing ``evidence_ids`` comes too early; empty when the evidence gate lets it through."""
     known = {o.id for o in evidence.observations}
@@ -216,7 +212,8 @@ def premature(evidence: StepEvidence, evidence_ids: list[str], task: TaskSpec, w
     for what, obs_id in evidence.required:
         if obs_id is None:
             problems.append(f"no successful {what} observation yet")
-        elif obs_id not in evidence_ids and not (index[obs_id] < evidence.prior and _tool_of(evidence, obs_id) in cited_ok):
+        elif obs_id not in evidence_ids and not (index[obs_id] < evidence.prior
+                                                 and evidence.observations[index[obs_id]].tool in cited_ok):
             # An earlier turn's latest Observation need not be cited by a turn that made none of that
             # tool: it answers its own question, maybe from an older one (a recall of turn 3 in turn
             # 12 was refused for not citing turn 11's lookup, then answered turn 11's question).
