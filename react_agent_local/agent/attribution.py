@@ -135,13 +135,37 @@ def sites(observations: Iterable[Observation]) -> list[Site]:
     return out
 
 
-def without_name_digits(answer: str, found: Iterable[Site]) -> str:
+# A name the goal writes with a year-like integer in it ("Graz hospital beds 2015"): one to three
+# words that are no function or comparison words, then the integer.
+_GOAL_NAME = re.compile(r"\b((?:[^\W\d_]{2,}\s+){1,3})(\d{2,4})\b(?![.,]\d)")
+_NOT_NAME_WORDS = _FUNCTION_WORDS | frozenset(
+    "above below least most more less fewer greater smaller exceed exceeds exceeded reach reaches reached "
+    "top within after before since until between around nearly almost roughly only just under over "
+    "multiply divide plus minus times add subtract sum total round rounded".split())
+
+
+def goal_name_labels(goal: str) -> set[str]:
+    """The names with digits that ``goal`` writes (``hospital beds 2015``), see ``_GOAL_NAME``."""
+    out = set()
+    for match in _GOAL_NAME.finditer(goal):
+        words = match.group(1).split()
+        while words and words[0].casefold() in _NOT_NAME_WORDS:
+            words.pop(0)
+        if words and all(w.casefold() not in _NOT_NAME_WORDS for w in words):
+            out.add(" ".join(words + [match.group(2)]))
+    return out
+
+
+def without_name_digits(answer: str, found: Iterable[Site], goal: str = "") -> str:
     """``answer`` with the digits of every label that holds letters and digits (``Turku hospital
     beds 2015``) blanked where the answer writes that label, one space for one digit: those digits
     name a fact, they state no number (the 1.5B wrote "Turku hospital beds 2015 = 4535 beds", which
-    read as the false comparison 2015 = 4535)."""
+    read as the false comparison 2015 = 4535). The names with digits the ``goal`` writes count too:
+    a fact not looked up yet ("Graz hospital beds 2015 is 4535" before any Graz lookup) is named by
+    the same words, and its digits must not hide them from the attribution rule."""
     labels = {label for site in found for label in site.labels
               if len(label) >= 4 and any(c.isdigit() for c in label) and _WORD.search(label)}
+    labels |= goal_name_labels(goal)
     spans = [m.span() for label in labels for m in re.finditer(re.escape(label), answer, re.IGNORECASE)]
     if not spans:
         return answer

@@ -292,7 +292,7 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
     bound, problems = slot_values(answer, guide.answer_form if guide else None, evidence)
     cited_sites = sites(evidence)
     seen_sites = cited_sites if context is None else sites(context)
-    answer = without_name_digits(answer, seen_sites)  # from here on: a fact's name states no number
+    answer = without_name_digits(answer, seen_sites, goal)  # from here on: a fact's name states no number
     declared = [c.left for c in checks if c.left is not None] + [c.right for c in checks if c.right is not None] + bound
     observed = evidence_readings(evidence) + scaled_readings(cited_sites) + declared
     goal_numbers = [r for n in read_numbers(goal) for r in n.readings()]

@@ -466,20 +466,44 @@ def test_compaction_falls_back_and_the_turn_completes(summary, reason, tmp_path)
         assert third.events == seen
         recorded = store.read(session.id).turns()[-1].events
         assert recorded == [e for e in seen if e["type"] not in UNRECORDED_EVENTS]
-        assert (event["method"], event["fallback_reason"]) == ("digests", reason)
+        # TINY is always too long: the digests did not suffice, and the older turn was folded whole
+        assert (event["method"], event["fallback_reason"]) == ("digests+turns", reason)
         assert event["tokens_after"] < event["tokens_before"]
-        assert event["messages_after"] == event["messages_before"] == 4
+        assert event["messages_after"] == 2 < event["messages_before"] == 4
         assert third.result.stop_reason == "completed" and third.observation_ids == []
         # the folded evidence is still the Final's: cited, checked, accepted
         assert third.result.final.evidence_ids == RELEASE_EVIDENCE
         shown = policy.requests[-1].messages[1]["content"]
-        assert "[obs-knowledge_search-1] knowledge_search ok (folded by the runtime" in shown
+        assert shown.startswith(compaction_module.FOLD_HEADING)
+        assert f"[cited {', '.join(RELEASE_EVIDENCE)}]" in shown  # turn 1's answer and what it cited
         assert event["digested"] == ["obs-knowledge_search-1", "obs-plot-3"]  # the calculator's line is short
     policy.assert_complete()
     log = store.read(session.id)
     assert [r["type"] for r in log.records].count("compacted") == 1  # the latest supersedes the first
     assert not [r for r in log.records if r["type"] == "event" and r["turn"] <= 2]  # their steps went
     assert [o.id for o in log.observations()] == third.result.final.evidence_ids  # their evidence stayed
+
+
+def test_the_digest_fold_alone_when_it_brings_the_conversation_under_its_target(tmp_path):
+    """Long Observation lines give way to their digests, and no turn is folded while the digests suffice."""
+    store = SessionStore(tmp_path)
+    with store.create(pack=RELEASE.name) as session:
+        chat = Conversation(session, RELEASE, ScriptedPolicy([release_step] * 5), tools=thread_tools(RELEASE))
+        chat.run_turn(RELEASE.task.goal)
+        chat.run_turn(RELEASE_FOLLOW_UP)
+        context, observations = chat.context(), session.log.observations()
+    registry = thread_tools(RELEASE)
+    budget = compaction_module.Budget(tokens=10**6, chars=0, count=compaction_module.approx_tokens)
+    long = budget.size(context.pairs).chars
+    digested = compaction_module.fold_observations(context.pairs, observations, registry, budget, 1.0)[0]
+    short = budget.size(digested).chars
+    assert short < long
+    for target, method in ((short + 1, "digests"), (short - 1, "digests+turns")):
+        budget = dataclasses.replace(budget, chars=target)
+        done = compaction_module.compact(context, observations, policy=None, settings=CompactionSettings(fold_target=1.0),
+                                         budget=budget, registry=registry, through_turn=2)
+        assert (done.method, done.fallback_reason) == (method, "no_summariser")
+        assert len(done.context.pairs) == (2 if method == "digests" else 1)
 
 
 def test_a_summary_folds_older_turns_and_keeps_their_evidence_citable(tmp_path):
@@ -498,6 +522,61 @@ def test_a_summary_folds_older_turns_and_keeps_their_evidence_citable(tmp_path):
     compacted = store.read(session.id).compaction()
     assert Handoff.model_validate(compacted["summary"]).found[0].evidence_ids == third.result.final.evidence_ids
     assert compacted["before"]["messages"] == 4 and compacted["after"]["messages"] == 2
+
+
+class TurnScript(ScriptedPolicy):
+    """A policy for many turns: each turn's Decisions from ``pending`` (set before the turn), and
+    every handoff summary asked for one that outlasts its deadline (a 1.5B on two cores)."""
+
+    def __init__(self):
+        super().__init__([])
+        self.pending: list[str] = []
+        self.summaries = 0
+
+    def generate(self, request: ModelRequest):
+        if is_summary(request):
+            self.summaries += 1
+            self.outputs.insert(0, Slow(handoff_for(request), 5.0))
+        else:
+            self.outputs.insert(0, self.pending.pop(0))
+        return super().generate(request)
+
+
+def test_a_session_of_many_small_turns_is_folded_turn_by_turn_and_stays_answerable(tmp_path):
+    """Lookups are shorter than their digests: a long session of them is shortened only by folding
+    whole turns into the runtime's ledger (question, answer, cited ids). A summary that timed out
+    once is not asked for again, and a recall of a folded turn cites its Observation and is accepted."""
+    names = sorted(FACTS) * 4  # the pack's three facts, each looked up four times
+    script = TurnScript()
+    settings = CompactionSettings(context_tokens=2000, threshold=0.4, summary_seconds=0.3)
+    store = SessionStore(tmp_path)
+    compactions = []
+    with store.create(pack=RATIO.name) as session:
+        Conversation(session, RATIO, ScriptedPolicy([ratio_step] * 5)).run_turn(QUESTION)  # obs 1-3
+        chat = Conversation(session, RATIO, script, mode="free", compaction=settings)
+        for number, name in enumerate(names, start=4):
+            script.pending = [free_action("lookup_fact", {"query": name}),
+                              free_final(f"{name} is {value(name)}", [f"obs-lookup_fact-{number}", "obs-calculator-3"])]
+            turn = chat.run_turn(f"What is the value of the fact '{name}'?")
+            assert turn.result.stop_reason == "completed", turn.result.stop_reason
+            if turn.compaction:
+                compactions.append(turn.compaction)
+        assert compactions, "the session never reached its threshold"
+        assert all("turns" in c["method"] and c["tokens_after"] < c["tokens_before"] for c in compactions)
+        assert [c["fallback_reason"] for c in compactions] == ["summary_deadline"] + ["summary_skipped"] * (
+            len(compactions) - 1)
+        assert script.summaries == 1
+        first = names[0]
+        script.pending = [free_final(f"{first} was {value(first)}", ["obs-lookup_fact-4", "obs-calculator-3"])]
+        recall = chat.run_turn(f"Earlier you looked up '{first}'. What was it?")
+        shown = script.requests[-1].messages[1]["content"]
+        assert compaction_module.FOLD_HEADING in shown
+        assert f"answered: {first} is {value(first)} [cited obs-lookup_fact-4, obs-calculator-3]" in shown
+        assert recall.result.stop_reason == "completed" and recall.observation_ids == []
+        carried = chat.context().pairs
+        assert len(carried) < len(names) and carried[0][0].count(compaction_module.FOLD_HEADING) == 1
+        ledger = carried[0][0].split("\n\nTASK: ")[0].splitlines()[1:]
+        assert [line.split("'")[1] for line in ledger[1:]] == names[:len(ledger) - 1]  # oldest first, none twice
 
 
 def test_the_handoff_grammar_comes_from_its_model():

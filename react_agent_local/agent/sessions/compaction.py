@@ -20,7 +20,17 @@ It tries, in order:
    summary would not shrink the conversation, the oldest Observations' lines are replaced by short
    digests (id, tool, size, a preview) until the conversation is under ``fold_target`` of the
    threshold (also applied after a summary that still leaves it over the threshold);
-3. ``unchanged``: nothing left to fold; the next turn runs with the conversation as it is.
+3. ``turns``: if the conversation is still over ``fold_target`` of the threshold, the oldest turns
+   (never the latest ``keep_recent_turns``) are folded whole, oldest first, into a ledger the runtime
+   writes: one line per turn with its question, its answer as the model wrote it and the ids it
+   cited (a turn without an answer lists its Observations' digests). The ledger goes before the first
+   turn kept; a later fold adds to it. Lookups are shorter than their digests, so a session of many
+   small turns is shortened only this way;
+4. ``unchanged``: nothing left to fold; the next turn runs with the conversation as it is.
+
+The stages that ran are joined by ``+`` in ``method`` (``summary+turns``, ``digests+turns``). A
+session whose summary once timed out does not ask for one again (``summary_skipped``): on a slow
+machine it costs its deadline every turn and never arrives.
 
 ``compact`` never raises: compaction never brings a turn down. Its ``Compaction`` says which way it
 went, why a summary was not used, and the messages and tokens before and after (``event()``).
@@ -53,6 +63,13 @@ SUMMARY_SYSTEM = (
 SUMMARY_HEADING = ("HANDOFF SUMMARY of the earlier turns (written by the model; the runtime keeps "
                    "their observations, which stay citable by id):")
 PREVIEW_CHARS = 60
+FOLD_HEADING = ("EARLIER TURNS, folded by the runtime (each turn's question and answer; their observations "
+                "stay in the session and are citable by id):")
+FOLD_QUESTION_CHARS = 100
+FOLD_ANSWER_CHARS = 300
+FOLD_OBSERVATIONS = 3  # digests listed for a folded turn that ended without an answer
+#: a summary that ended this way will end so again: the session asks for none after it
+SUMMARY_GIVEN_UP = frozenset({"summary_timeout", "summary_deadline", "summary_skipped"})
 
 
 class Found(BaseModel):
@@ -154,8 +171,8 @@ class Context:
 
 @dataclass
 class Compaction:
-    """What one compaction did. ``method``: ``summary``, ``summary+digests``, ``digests`` or
-    ``unchanged``; ``fallback_reason``: why a summary was not used (None when it was, or when none
+    """What one compaction did. ``method``: the stages that ran joined by ``+`` (``summary``,
+    ``digests``, ``turns``; ``summary+digests+turns`` at most) or ``unchanged``; ``fallback_reason``: why a summary was not used (None when it was, or when none
     was asked for)."""
 
     context: Context
@@ -281,34 +298,46 @@ class Budget:
 
 def compact(context: Context, observations: list[Observation], *, policy: Any, settings: CompactionSettings,
             budget: Budget, registry: ToolRegistry, through_turn: int, shrink: bool = True,
-            cancel: threading.Event | None = None) -> Compaction:
+            cancel: threading.Event | None = None, summarise: bool = True) -> Compaction:
     """Compact ``context`` (see the module docstring); never raises. ``shrink`` False only records
-    the conversation as it is (a session past its compaction size whose conversation is short)."""
+    the conversation as it is (a session past its compaction size whose conversation is short);
+    ``summarise`` False goes straight to the folds (``summary_skipped``)."""
     started = time.monotonic()
     before = budget.size(context.pairs)
-    pairs, method, reason, summary, digested = list(context.pairs), "unchanged", None, None, []
+    pairs, stages, reason, summary, digested = list(context.pairs), [], None, None, []
     if shrink:
         try:
+            if not summarise:
+                raise _NoSummary("summary_skipped")
             summary, summarised = _summarise(context.pairs, observations, policy=policy, settings=settings,
                                              budget=budget, cancel=cancel)
             if budget.size(summarised).tokens >= before.tokens:
                 raise _NoSummary("would_not_shrink")
-            pairs, method = summarised, "summary"
+            pairs, stages = summarised, ["summary"]
         except _NoSummary as exc:
             reason = exc.reason
         except Exception as exc:  # noqa: BLE001 -- a summariser's failure is never the turn's
             reason = f"summariser_error: {type(exc).__name__}"
             summary = None
-        if method == "unchanged" or budget.over(budget.size(pairs)):
+        if not stages or budget.over(budget.size(pairs)):
             try:
                 folded, digested = fold_observations(pairs, observations, registry, budget, settings.fold_target)
             except Exception:  # noqa: BLE001 -- a fold that breaks leaves the conversation as it is
                 folded, digested = pairs, []
             if digested:
-                pairs, method = folded, ("digests" if method == "unchanged" else "summary+digests")
-    return Compaction(context=Context(pairs=pairs, through_turn=through_turn), method=method, before=before,
-                      after=budget.size(pairs), fallback_reason=reason, summary=summary, digested=digested,
-                      seconds=time.monotonic() - started)
+                pairs = folded
+                stages.append("digests")
+        if budget.over(budget.size(pairs), settings.fold_target):
+            try:
+                folded = fold_turns(pairs, budget, settings.fold_target, max(1, settings.keep_recent_turns))
+            except Exception:  # noqa: BLE001 -- as above
+                folded = pairs
+            if len(folded) < len(pairs):
+                pairs = folded
+                stages.append("turns")
+    return Compaction(context=Context(pairs=pairs, through_turn=through_turn), method="+".join(stages) or "unchanged",
+                      before=before, after=budget.size(pairs), fallback_reason=reason, summary=summary,
+                      digested=digested, seconds=time.monotonic() - started)
 
 
 def _summarise(pairs: list[tuple[str, str]], observations: list[Observation], *, policy: Any,
@@ -414,3 +443,65 @@ def fold_observations(pairs: list[tuple[str, str]], observations: list[Observati
         if changed:
             folded.append(obs.id)
     return pairs, folded
+
+
+# -- the turn fold ---------------------------------------------------------------------------------
+
+
+def _parts(user: str) -> tuple[list[str], list[str], str]:
+    """A carried user turn's parts: the blocks before its task (a handoff summary), the ledger lines
+    of earlier folds, and the rest (``TASK: ...`` with its Observations)."""
+    start = 0 if user.startswith("TASK: ") else user.find("\n\nTASK: ") + 2
+    if start == 1:  # no task line: all of it is the turn
+        return [], [], user
+    blocks, ledger = [], []
+    for block in user[:start].strip("\n").split("\n\n") if start else []:
+        if block.startswith(FOLD_HEADING):
+            ledger += [line for line in block.splitlines()[1:] if line.strip()]
+        elif block.strip():
+            blocks.append(block)
+    return blocks, ledger, user[start:]
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def ledger_line(turn: str, model: str) -> str:
+    """One folded turn: the question it asked, the answer the model gave and the ids it cited (or
+    how it ended, with the digests of its first Observations)."""
+    task, _, shown = turn.removeprefix("TASK: ").partition("\n\nOBSERVATIONS (written by the runtime):\n")
+    line = f"- asked: {_short(task, FOLD_QUESTION_CHARS)}"
+    try:
+        final = json.loads(model)
+    except ValueError:
+        final = None
+    if isinstance(final, dict) and isinstance(final.get("answer"), str):
+        ids = [str(i) for i in final.get("evidence_ids") or [] if isinstance(i, str)]
+        return line + f" | answered: {_short(final['answer'], FOLD_ANSWER_CHARS)}" + (
+            f" [cited {', '.join(ids)}]" if ids else "")
+    line += f" | {_short(model.strip('()'), 120)}"
+    for obs in [o for o in shown.splitlines() if o.startswith("[")][:FOLD_OBSERVATIONS]:
+        line += f" | {_short(obs, PREVIEW_CHARS + 40)}"
+    return line
+
+
+def fold_turns(pairs: list[tuple[str, str]], budget: Budget, share: float, keep: int) -> list[tuple[str, str]]:
+    """Fold the oldest turns whole into the ledger (``ledger_line``), oldest first, never the latest
+    ``keep``, until the conversation is under ``share`` of the budget; the ledger, and whatever went
+    before the first folded turn (a handoff summary), go before the first turn kept."""
+    pairs = list(pairs)
+    blocks: list[str] = []
+    ledger: list[str] = []
+    while len(pairs) > keep and budget.over(budget.size(pairs), share):
+        user, model = pairs.pop(0)
+        more_blocks, more_lines, turn = _parts(user)
+        blocks += more_blocks
+        ledger += more_lines + [ledger_line(turn, model)]
+        first_blocks, first_lines, first_turn = _parts(pairs[0][0])
+        blocks_now, ledger_now = blocks + first_blocks, ledger + first_lines
+        head = "\n\n".join([*blocks_now, "\n".join([FOLD_HEADING, *ledger_now])])
+        pairs[0] = (head + "\n\n" + first_turn, pairs[0][1])
+        blocks, ledger = [], []
+    return pairs

@@ -53,7 +53,7 @@ from ..packs import PackError, TaskPack
 from ..runtime import PolicySource, PriorTurns, run_agent
 from ..tools import ToolRegistry, registry_for
 from ..trace import redact
-from .compaction import Budget, Compaction, CompactionSettings, Context, build_context, compact
+from .compaction import SUMMARY_GIVEN_UP, Budget, Compaction, CompactionSettings, Context, build_context, compact
 from .store import Session, SessionError, SessionFull
 
 MAX_MESSAGE_CHARS = 2000  # a turn's message is its goal (contracts.TaskSpec.goal)
@@ -248,9 +248,10 @@ class Conversation:
             if not long and session.size <= session.store.compact_bytes:
                 return None
             through = max(t.number for t in log.turns())
+            earlier = log.compaction() or {}
             done: Compaction = compact(context, log.observations(), policy=policy, settings=self.settings,
                                        budget=budget, registry=self.registry, through_turn=through, shrink=long,
-                                       cancel=cancel)
+                                       cancel=cancel, summarise=earlier.get("fallback_reason") not in SUMMARY_GIVEN_UP)
             event = done.event()
             session.compact(through, method=done.method, fallback_reason=done.fallback_reason,
                             messages=[list(p) for p in done.context.pairs], summary=done.summary,
