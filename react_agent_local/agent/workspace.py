@@ -86,6 +86,18 @@ class Workspace:
         """One hash of every file (caches left out): equal exactly when the files are."""
         return ops.digest(self.hashes())
 
+    def code_digest(self) -> str:
+        """One hash of the files as code: a Python file by its syntax tree (comments, blank lines and
+        layout left out), any other file, or one that does not parse, by its bytes. Equal when the
+        code is, however it is written (the 1.5B wrote a failed fix again with a comment added)."""
+        hashes = self.hashes()
+        for rel in hashes:
+            if rel.endswith(".py"):
+                tree = ops.syntax_hash(self.read_text(rel))
+                if tree is not None:
+                    hashes[rel] = tree
+        return ops.digest(hashes)
+
     def read_text(self, path: str) -> str | None:
         """A text file of the workspace, or None when it is missing, binary, a link or too large."""
         fd = self.open_root()

@@ -176,9 +176,12 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -
     tested = (last_run is not None and (change is None or last_run[0] > change[0])
               and (last_run[1].result or {}).get("files_digest") == now)
     # A change that brought back files a run already failed on needs no run to know the outcome:
-    # the greedy 1.5B wrote the same wrong body again after each failing run until the loop guard.
-    repeated = None if tested or change is None else next(
-        (run for _, run in reversed(runs) if not passed(run) and (run.result or {}).get("files_digest") == now), None)
+    # the greedy 1.5B wrote the same wrong body again after each failing run until the loop guard,
+    # and the sampled one the same fix with a comment added (so the code is compared, not the bytes).
+    code = None if tested or change is None else workspace.code_digest()
+    repeated = None if code is None else next(
+        (run for _, run in reversed(runs) if not passed(run)
+         and ((run.result or {}).get("files_digest") == now or (run.result or {}).get("code_digest") == code)), None)
     if change is None and not runs and change_tool == "replace_function" and _stubs(files, workspace):
         # a function still to be written fails its tests by construction: write it first
         return function_step(files, workspace, None, observations)
@@ -201,7 +204,8 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -
     # ... and so does a change refused for changing nothing since that run
     refused = None if repeated is not None else next(
         (o for o in observations[last_run[0] + 1:] if not o.ok and o.tool in CHANGE_TOOLS), None)
-    note = (f" Your change {change[1].id} made the files exactly what failed in {repeated.id}: write different code."
+    note = (f" Your change {change[1].id} made the code exactly what failed in {repeated.id} (comments and layout "
+            f"aside): write different code."
             if repeated is not None else
             f" Your change {refused.id} would have changed nothing: write different code." if refused is not None else "")
     # a change the tests failed on was the model's likeliest answer: the next one is sampled
@@ -557,6 +561,8 @@ def unique_lines(files: Iterable[tuple[str, str]]) -> list[str]:
 
 
 _META = set("\\.+*?()|[]{}^$#&-~")
+#: the longest string ``differs_from`` excludes (see there)
+MAX_EXCLUDED_CHARS = 48
 
 
 def _literal(text: str) -> str:
@@ -571,8 +577,11 @@ def differs_from(lines: list[str], limit: int, exclude: str = "") -> str:
     end of a line), so its size grows with the lines' length, not its square."""
     trie: dict[str, Any] = {}
     # llguidance lets a JSON escape (\" or \\) through any character class, so a line holding a
-    # quote or a backslash cannot be excluded this way (edit_file still refuses old == new)
-    for line in (line for line in lines if '"' not in line and "\\" not in line):
+    # quote or a backslash cannot be excluded this way (edit_file still refuses old == new); nor can
+    # a line longer than ``MAX_EXCLUDED_CHARS``: a deep trie of bounded tails is past what llguidance
+    # compiles, and a grammar that does not compile constrains nothing (a function with one 85-character
+    # line had its diagnosis written unconstrained, and the 1.5B wrote no JSON three times)
+    for line in (line for line in lines if '"' not in line and "\\" not in line and len(line) <= MAX_EXCLUDED_CHARS):
         node = trie
         for c in line:
             node = node.setdefault(c, {})

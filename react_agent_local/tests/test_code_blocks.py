@@ -10,6 +10,7 @@ switched on; the grammar is compiled with the real tokenizer of the 0.5B (its vo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,36 @@ def test_the_grammar_compiles_with_the_models_tokenizer():
               "required": ["path", "name", "source"]}
     assert guidance.grammar(schema, " ", "source") is not None
     assert guidance.failures == 0
+
+
+def test_a_diagnosis_grammar_compiles_for_long_lines_and_long_failed_fixes():
+    """A function with one 85-character line, or a failed fix of 100 characters, made a diagnosis
+    pattern past what llguidance compiles; the step then ran unconstrained and the 1.5B wrote no JSON
+    three times. Lines that long are no longer excluded by the grammar, so it compiles in full."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from agent.backends.guidance import Guidance
+    from agent.workspace_evidence import MAX_EXCLUDED_CHARS, diagnosis_schema
+
+    model = sorted(Path.home().glob(".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/*.gguf"))
+    assert model, "the 0.5B GGUF is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf downloads it"
+    vocab = llama_cpp.Llama(model_path=str(model[0]), vocab_only=True, verbose=False)
+    guidance = Guidance(vocab._model.vocab, eos_token=vocab._model.token_eos())
+    long_line = "total = sum(x * y for x, y in zip(a, b) if x is not None and y is not None and x > 0)"
+    source = f'def f(a, b):\n    """Doc."""\n    {long_line}\n    return total\n'
+    biggest = ('def biggest(items):\n    """The largest of items."""\n    best = items[0]\n'
+               '    for value in items[1:]:\n        if value < best:\n            best = value\n    return best\n')
+    failed = "if value <= best:'. The function's docstring expects a <= operator for comparisons with"
+    assert len(long_line) > MAX_EXCLUDED_CHARS and len(failed) > MAX_EXCLUDED_CHARS
+    for function, tried in ((source, []), (source, ["total = 0"]), (biggest, ["if value <= best:", failed])):
+        diagnosis = diagnosis_schema(function, tried)
+        schema = {"type": "object", "properties": {"path": {"const": "a.py"}, "diagnosis": diagnosis},
+                  "required": ["path", "diagnosis"], "additionalProperties": False}
+        assert guidance.grammar(schema, " ") is not None
+        if tried == ["total = 0"]:  # a short failed fix is still excluded, the long line still named
+            said = f"The wrong line is `{long_line}`; it must be `total = {{}}`"
+            assert not re.fullmatch(diagnosis["pattern"], said.format(0))
+            assert re.fullmatch(diagnosis["pattern"], said.format(1))
+    assert (guidance.failures, guidance.relaxed) == (0, 0)  # each compiled as written, patterns and all
 
 
 # -- failures in words -----------------------------------------------------------------------------

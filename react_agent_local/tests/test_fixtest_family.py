@@ -25,6 +25,7 @@ from agent.model_policy import ModelRequest
 from agent.packs import PackError, TaskPack, load_pack
 from agent.runtime import run_agent
 from agent.workspace import WorkspaceOptions
+from agent.workspace_evidence import MAX_EXCLUDED_CHARS
 from agent.workspace_grading import grade_workspace
 from runtime_helpers import events_of
 
@@ -144,11 +145,40 @@ def test_three_test_runs_on_changed_files_are_progress_not_a_loop(tmp_path):
     pack = load_pack("fixtest_shipping")
     fix = fix_of(pack)
     line = "    return round(sum(prices) + shipping, 2)"
-    tries = [(line, line + "  # 1"), (line + "  # 1", line + "  # 2"), (fix["old"], fix["new"])]
+    once, twice = line.replace("shipping", "shipping + 0"), line.replace("shipping", "shipping + 0 + 0")
+    tries = [(line, once), (once, twice), (fix["old"], fix["new"])]
     outcome, _ = run(pack, guided(pack, *tries), tmp_path)
     runs = [o for o in outcome.result.observations if o.tool == "bash"]
     assert [o.result["exit_code"] for o in runs] == [1, 1, 1, 0]
     assert outcome.result.stop_reason == "completed" and not events_of(outcome, "guard.loop_detected")
+
+
+def test_a_change_of_comments_or_layout_only_is_the_code_that_failed_and_is_not_run_again(tmp_path):
+    """The sampled 1.5B wrote a failed fix again with a comment added: the tests need not run to know
+    the outcome. The next step asks for a change again, says why, and is sampled more widely."""
+    pack = load_pack("fixtest_shipping")
+    fix = fix_of(pack)
+    line = "    return round(sum(prices) + shipping, 2)"
+    tries = [(line, line + "  # the same code"), (line + "  # the same code", line.replace("+ ", "+  ")),
+             (fix["old"], fix["new"])]
+    # guided() puts a test run after each edit; the two that bring back the failed code get none
+    outputs = [o for o in guided(pack, *tries)]
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    edits = [i for i, o in enumerate(outputs) if '"old"' in o]
+    for i in reversed(edits[:2]):
+        assert outputs[i + 1] == test_run
+        del outputs[i + 1]
+    outcome, policy = run(pack, outputs, tmp_path)
+    assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
+    kinds = [o.tool for o in outcome.result.observations]
+    assert kinds == ["read_file", "read_file", "bash", "edit_file", "edit_file", "edit_file", "bash"]
+    first_run = outcome.result.observations[2]
+    for i, change in ((4, outcome.result.observations[3]), (5, outcome.result.observations[4])):
+        asked = policy.requests[i]
+        assert '"tool": "edit_file"' in asked.prefix and asked.temperature >= 1.0  # explored, not repeated
+        assert (f"Your change {change.id} made the code exactly what failed in {first_run.id} (comments and layout "
+                "aside)") in asked.messages[-1]["content"]
+    assert first_run.result["code_digest"] != first_run.result["files_digest"]
 
 
 def test_the_same_test_run_on_the_same_files_is_a_loop(tmp_path):
@@ -449,8 +479,10 @@ def test_a_generated_pack_rewrites_the_function_the_failure_names_until_the_test
     function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
     def_line = function.splitlines()[0]
     test_run = json.dumps({"command": pack.task.workspace.test_command})
-    wrong = function.replace(fix["old"], fix["old"] + "  # unchanged in effect")
-    tried = fix["old"].strip() + "  # unchanged in effect"
+    indent = fix["old"][:len(fix["old"]) - len(fix["old"].lstrip())]
+    wrong = function.replace(fix["old"], f"{indent}pass  # no-op\n{fix['old']}")
+    tried = fix["old"].strip() + "  # no-op"
+    assert len(tried) <= MAX_EXCLUDED_CHARS  # short enough for the grammar to exclude it
     tests = "\n".join(path.read_text() for path in (pack.root / "workspace" / "tests").glob("test_*.py"))
     outputs = [json.dumps({"path": p}) for p in read_items(pack)] + [test_run]
     outputs += [json.dumps({"path": fix["path"], "name": name, "source": def_line + "\n    return (\n"}),  # no parse

@@ -83,6 +83,15 @@ def without_lengths_beside_patterns(node: Any) -> Any:
     return {k: without_lengths_beside_patterns(v) for k, v in node.items() if k not in drop}
 
 
+def without_patterns(node: Any) -> Any:
+    """``node`` with every string schema's ``pattern`` dropped (a property named ``pattern`` stays)."""
+    if isinstance(node, list):
+        return [without_patterns(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    return {k: without_patterns(v) for k, v in node.items() if not (k == "pattern" and isinstance(v, str))}
+
+
 class Guidance:
     """One model's tokenizer as llguidance sees it (built once, ~1 s) and its compiled grammars."""
 
@@ -95,7 +104,8 @@ class Guidance:
             warnings.simplefilter("ignore", DeprecationWarning)
             self.tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(vocab, eos_token=eos_token)
         self._grammars: dict[str, str | None] = {}
-        self.failures = 0
+        self.failures = 0  # schemas with no grammar at all: those requests ran unconstrained
+        self.relaxed = 0  # schemas constrained without their lengths or patterns
 
     def grammar(self, schema: dict[str, Any] | None, lead: str = "", code_field: str | None = None,
                 code_only: bool = False) -> str | None:
@@ -107,13 +117,18 @@ class Guidance:
             # A long pattern intersected with a length bound can exceed what llguidance decides
             # ("unable to determine if regex is empty"): then the pattern alone constrains the
             # value, and the runtime's validator (and max_new_tokens) still enforce the lengths.
-            for candidate in (schema, without_lengths_beside_patterns(schema)):
+            # A pattern past what it compiles at all is dropped: the value is still one JSON value
+            # of the schema's shape, and the validator still holds it to the pattern (unconstrained,
+            # the 1.5B wrote no JSON at all, three times in a row).
+            candidates = (schema, without_lengths_beside_patterns(schema), without_patterns(schema))
+            for number, candidate in enumerate(candidates):
                 grammar = value_grammar(candidate, lead, code_field, code_only)
                 if self._compiles(grammar):
                     break
             else:
-                self.failures += 1
-                grammar = None
+                number, grammar = len(candidates), None
+            self.failures += number == len(candidates)
+            self.relaxed += 0 < number < len(candidates)
             self._grammars[key] = grammar
         return self._grammars[key]
 

@@ -134,7 +134,7 @@ def _execute(ctx: ToolContext, args: BashArgs, cancel: threading.Event) -> dict[
         timeout = min(timeout, ctx.deadline - time.monotonic() - 0.2)
         if timeout <= 0:
             raise ToolError("deadline_exceeded", "the run's deadline passed before the command could run", retryable=False)
-    files = ctx.workspace.digest()
+    files, code = ctx.workspace.digest(), ctx.workspace.code_digest()
     result = ctx.sandbox.run([BASH, "--noprofile", "--norc", "-c", args.command], cwd=".", timeout_s=timeout,
                              cancel=cancel, stdin=b"", env=dict(COMMAND_ENV), max_output_bytes=MAX_OUTPUT_BYTES)
     stdout, stderr = _text(result.stdout), _text(result.stderr)
@@ -152,7 +152,7 @@ def _execute(ctx: ToolContext, args: BashArgs, cancel: threading.Event) -> dict[
         "approval": {"decision": approval["decision"], "by": approval["by"]},
         "stdout": shown_out, "stderr": shown_err,
         "stdout_bytes": int(result.stdout_total), "stderr_bytes": int(result.stderr_total),
-        "artifact": artifact, "files_digest": files,
+        "artifact": artifact, "files_digest": files, "code_digest": code,
     }
 
 

@@ -560,6 +560,18 @@ def file_hashes(root_fd: int, skip: frozenset[str] = SKIPPED_DIRS) -> dict[str, 
     return hashes
 
 
+def syntax_hash(text: str | None) -> str | None:
+    """SHA-256 of a Python source's syntax tree (``ast.dump``: no comments, no layout, no line
+    numbers); None when there is no text or it does not parse."""
+    if text is None:
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return "ast:" + hashlib.sha256(ast.dump(tree).encode("utf-8")).hexdigest()
+
+
 def digest(hashes: dict[str, str]) -> str:
     """One SHA-256 over a ``file_hashes`` map: equal exactly when every file is."""
     return hashlib.sha256(json.dumps(sorted(hashes.items())).encode("utf-8")).hexdigest()
