@@ -357,7 +357,8 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     for path, name, source in chosen:
         mine = [r for r in rewrites if r.get("path") == path and r.get("name") == name]
         original = str(mine[0].get("before") or source) if mine else source
-        tries = list(dict.fromkeys(m.group(1) for r in mine if (m := _MUST_BE.search(str(r.get("diagnosis") or "")))))
+        tries = list(dict.fromkeys([*(m.group(1) for r in mine if (m := _MUST_BE.search(str(r.get("diagnosis") or "")))),
+                                    *(line for r in mine for line in changed_lines(r))]))
         blamed = [m.group(1) for r in mine if (m := _BLAMED.search(str(r.get("diagnosis") or "")))]
         cleared = [line for line in dict.fromkeys(blamed) if blamed.count(line) >= BLAME_LIMIT]
         if not set(blamable_lines(original)) - set(cleared):
@@ -447,6 +448,22 @@ def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()
         new = differs_from(list(dict.fromkeys(known)), MAX_DIAGNOSIS_FIX, exclude="`\n")[1:-1]  # without its anchors
         options.append(f"{_literal(line)}`; it must be `{new}")
     return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
+
+
+_NUMBERED = re.compile(r"^\s*\d+\| ?(.*)$")
+_NOT_CODE = ("#", '"' * 3, "'" * 3)
+_COMMENT = re.compile(r"\s+#[^'\"]*$")  # a trailing comment (none with a quote after the #)
+
+
+def changed_lines(rewrite: dict[str, Any]) -> list[str]:
+    """The code lines a ``replace_function`` result wrote that its function did not have (``before``),
+    stripped: the fix it tried, whatever its diagnosis said (the 1.5B's diagnosis ran on past its
+    fix in prose, "it must be `if n <= m:'. The test expects...", so that fix itself was never
+    excluded, and it wrote ``<=`` three times)."""
+    old = {line.strip() for line in str(rewrite.get("before") or "").splitlines()}
+    new = [_COMMENT.sub("", m.group(1)).strip() for line in str(rewrite.get("snippet") or "").splitlines()
+           if (m := _NUMBERED.match(line))]
+    return [line for line in dict.fromkeys(new) if line and line not in old and not line.startswith(_NOT_CODE)]
 
 
 def blamable_lines(source: str) -> list[str]:

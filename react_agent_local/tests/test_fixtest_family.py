@@ -664,3 +664,33 @@ def test_after_two_failed_fixes_of_one_line_the_next_diagnosis_names_another(tmp
     second = policy.requests[len(read_items(pack)) + 3]  # after one failed fix the line is still offered
     assert re.compile(second.value_schema["properties"]["diagnosis"]["pattern"]).match(
         f"The wrong line is `{old}`; it must be `{fix['new'].strip()}`")
+
+
+def test_the_fix_a_rewrite_wrote_is_excluded_whatever_its_diagnosis_said():
+    """The 1.5B's diagnosis ran on past its fix in prose ("it must be `if n <= m:'. The test
+    expects..."), so the fix it wrote was never excluded, and it wrote ``<=`` three times: the
+    lines a failed rewrite wrote count as tried, read from what it wrote, comments left out."""
+    from agent.contracts import Observation
+    from agent.tools.workspace_ops import numbered
+    from agent.workspace_evidence import function_step
+
+    original = ("def limit(n, low, m):\n    \"\"\"n limited to low..m.\"\"\"\n    if n < low:\n        return low\n"
+                "    if n < m:\n        return m\n    return n")
+    written = original.replace("if n < m:", "if n <= m:  # less than or equal")
+
+    class Files:
+        def read_text(self, path):
+            return written + "\n" if path == "geo/units.py" else None
+
+    rewrite = Observation(id="obs-replace_function-4", tool="replace_function", ok=True, result={
+        "path": "geo/units.py", "name": "limit", "before": original,
+        "snippet": numbered(written.splitlines(), 1),
+        "diagnosis": "The wrong line is `if n < m:`; it must be `if n <= m:'. The test expects it to be less than or equal to "})
+    failed = Observation(id="obs-bash-5", tool="bash", ok=True, result={
+        "command": "python -m pytest", "exit_code": 1, "stdout": "E       assert limit(2, 0, 10) == 2\n", "stderr": ""})
+    step = function_step(["geo/units.py"], Files(), failed, [rewrite])
+    pattern = dict(step.narrowed)["diagnosis"]["pattern"]
+    said = "The wrong line is `if n < m:`; it must be `{}`"
+    assert not re.fullmatch(pattern, said.format("if n <= m:")) and not re.fullmatch(pattern, said.format("if n <= m"))
+    assert re.fullmatch(pattern, said.format("if n > m:"))
+    assert "Already tried, the tests still failed: " in step.target and "`if n <= m:`" in step.target
