@@ -177,6 +177,17 @@ class Budgets(BaseModel):
     no_progress_limit: int = Field(default=3, ge=2, le=8, description="Same successful result N times stops.")
     decision_max_new_tokens: int = Field(default=256, ge=16, le=2048, description="Tokens per model call at most.")
 
+    @classmethod
+    def layered(cls, *layers: "Budgets | None") -> "Budgets":
+        """The budgets of a run: each layer's explicitly set fields over the layers before it and the
+        defaults (a pack's own ``TaskSpec.budgets``, then the caller's: a flag or a request field
+        the caller sets wins, one it leaves out keeps what the task needs)."""
+        fields: dict[str, Any] = {}
+        for layer in layers:
+            if layer is not None:
+                fields.update({name: getattr(layer, name) for name in layer.model_fields_set})
+        return cls(**fields)
+
     def check_time_and_tokens(self, usage: Usage, *, now: float, deadline: float) -> str | None:
         if now >= deadline:
             return "timeout"
@@ -402,6 +413,9 @@ class TaskSpec(BaseModel):
                                              description="MCP servers whose tools join the run's registry.")
     workspace: WorkspaceSpec | None = Field(
         default=None, description="The repository the workspace tools work in (fix-the-failing-test packs).")
+    budgets: Budgets | None = Field(
+        default=None, description="The budgets the task needs where they differ from the defaults (e.g. tool "
+                                  "calls for a fix and its test runs); each one the caller sets wins.")
     skills: list[str] = Field(
         default_factory=list, max_length=8,
         description="Folders of the pack holding skills (<name>/SKILL.md, see agent/skills.py): the model "

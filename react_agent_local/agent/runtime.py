@@ -478,7 +478,7 @@ def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = No
     ``allowed_tools`` narrows the pack's tools (MCP ones included); it never adds any. ``workspace``
     is the operator's choice for the workspace tools (``workspace.WorkspaceOptions``). ``prior`` carries
     a session's earlier turns (``PriorTurns``)."""
-    run = Run(pack, policy, budgets or Budgets(), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
+    run = Run(pack, policy, Budgets.layered(pack.task.budgets, budgets), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
               tools=tools, mode=mode, sampling=sampling, allowed_tools=allowed_tools, workspace=workspace,
               prior=prior)
     return run.execute()

@@ -694,3 +694,16 @@ def test_the_fix_a_rewrite_wrote_is_excluded_whatever_its_diagnosis_said():
     assert not re.fullmatch(pattern, said.format("if n <= m:")) and not re.fullmatch(pattern, said.format("if n <= m"))
     assert re.fullmatch(pattern, said.format("if n > m:"))
     assert "Already tried, the tests still failed: " in step.target and "`if n <= m:`" in step.target
+
+
+def test_a_generated_pack_declares_the_budgets_a_fix_needs_and_the_callers_own_win(tmp_path):
+    from agent.families.fixtest.generator import BUDGETS
+
+    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=0)[0])
+    assert pack.task.budgets.model_fields_set == set(BUDGETS)
+    for i, (given, want) in enumerate(((Budgets(), BUDGETS), (Budgets(max_tool_calls=5),
+                                                                 {**BUDGETS, "max_tool_calls": 5}))):
+        outcome, _ = run(pack, [], tmp_path / str(i), budgets=given)  # no model output: the run ends at once
+        started = events_of(outcome, "run.started")[0]["budgets"]
+        assert {k: started[k] for k in want} == want
+        assert started["max_retries"] == Budgets().max_retries  # what neither sets stays the default

@@ -134,7 +134,9 @@ def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, spec: Any, 
     spec = args.packs if args.packs.startswith("generated:") else Path(args.packs).name or args.packs
     settings = {"packs": spec, "pack_count": len(packs), "runs": args.runs, "seed": args.seed,
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                "max_seconds": budgets.max_seconds, "mode": args.mode,
+                # a pack may declare its own budgets (TaskSpec.budgets); the caller's flag wins where set
+                "max_seconds": budgets.max_seconds if "max_seconds" in budgets.model_fields_set else None,
+                "mode": args.mode,
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                 "wall_seconds": round(time.time() - started, 1), "interrupted": interrupted}
     report = build_report(runs, settings, policy.description.public())

@@ -51,6 +51,11 @@ SUMMARIES = {
     "final": "The tests passed after the last change: finish.",
 }
 ANSWER_FORM = "I fixed {name} and the tests pass."
+#: What a fix-the-test task needs (the defaults fit a lookup and a sum): two reads and a first test
+#: run, then each attempt a rewrite and a test run -- six attempts and the Final -- at about 4k
+#: prompt tokens a step and a minute an attempt on two cores. A caller's own budgets win.
+BUDGETS = {"max_steps": 20, "max_tool_calls": 16, "max_seconds": 600, "max_input_tokens": 96_000,
+           "max_output_tokens": 6_000}
 PROTECTED_STOP_REASONS = ["cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
                           "invalid_decision"]
 
@@ -87,6 +92,7 @@ def pack_files(name: str, case: Case, rng: random.Random, package: str, module: 
         "required_tools": ["read_file", "replace_function", "bash"], "mode": "guided",
         "subgoals": {"read_file": [test, src]}, "answer_form": ANSWER_FORM, "hints": HINTS, "summaries": SUMMARIES,
         "workspace": {"template": "workspace", "protected": PROTECTED, "test_command": TEST_COMMAND},
+        "budgets": BUDGETS,
     }
     expected = {
         "family": "fixtest", "case": case.bug.kind, "bug": case.bug.key, "function": case.name,
