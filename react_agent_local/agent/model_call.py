@@ -65,7 +65,9 @@ class ModelCall:
                    latency_ms=round(candidate.latency_ms, 3),
                    output_sha256=sha256_text(candidate.text if candidate.decision is None
                                              else canonical(candidate.decision)),
-                   finish_reason=candidate.finish_reason, protocol_repairs=candidate.protocol_repairs)
+                   finish_reason=candidate.finish_reason, protocol_repairs=candidate.protocol_repairs,
+                   # a schema past what the backend's grammar compiler takes constrained less, or nothing
+                   **({"grammar": candidate.grammar} if candidate.grammar in ("relaxed", "none") else {}))
         if candidate.call_repairs:  # what a served reply needed fixing: kinds, hashes and field names, no text
             self._emit("model.call.repaired", repairs=[r.model_dump(mode="json") for r in candidate.call_repairs])
         return candidate

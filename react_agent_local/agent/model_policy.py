@@ -238,6 +238,12 @@ def _unescaped(draft: str) -> str:
         return draft
 
 
+def _weakest(levels: Any) -> str | None:
+    """The weakest constraint of several generations (``Generation.grammar``)."""
+    seen = [level for level in levels if level is not None]
+    return next((level for level in ("none", "relaxed", "full") if level in seen), None)
+
+
 def code_value(text: str, field: str) -> str | None:
     """The arguments' JSON text for a generation written as ``{...other arguments}`` + a code block
     (``CODE_FENCE`` ... ``CODE_FENCE_END``): the block's text becomes ``field``. None when the text
@@ -263,6 +269,10 @@ class Generation:
     drafted_tokens: int = 0
     #: of ``cached_tokens``, those restored from a state saved by an earlier process (the prefix cache)
     restored_tokens: int = 0
+    #: how the value schema constrained the text: ``full``, ``relaxed`` (without its lengths or
+    #: patterns, which did not compile), ``none`` (no grammar compiled); None without a schema or
+    #: where the backend constrains nothing itself
+    grammar: str | None = None
 
 
 @dataclass(frozen=True)
@@ -365,7 +375,8 @@ class ContinuationPolicy:
                          prompt_eval_ms=sum(g.prompt_eval_ms or 0.0 for g in gens) if gens[0].prompt_eval_ms is not None else None,
                          forced_tokens=sum(g.forced_tokens for g in gens),
                          drafted_tokens=sum(g.drafted_tokens for g in gens),
-                         restored_tokens=sum(g.restored_tokens for g in gens))
+                         restored_tokens=sum(g.restored_tokens for g in gens),
+                         grammar=_weakest(g.grammar for g in gens))
 
     def close(self) -> None:
         pass

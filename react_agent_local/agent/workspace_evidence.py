@@ -357,8 +357,11 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     for path, name, source in chosen:
         mine = [r for r in rewrites if r.get("path") == path and r.get("name") == name]
         original = str(mine[0].get("before") or source) if mine else source
+        # a fix of a written function changed a line or two, and those are the fix it tried; a stub's
+        # first bodies are no fixes (and are not shown: the 1.5B copies failed code it is shown)
+        fixes = [] if is_stub(original) else [lines for r in mine if len(lines := changed_lines(r)) <= MAX_FIX_LINES]
         tries = list(dict.fromkeys([*(m.group(1) for r in mine if (m := _MUST_BE.search(str(r.get("diagnosis") or "")))),
-                                    *(line for r in mine for line in changed_lines(r))]))
+                                    *(line for lines in fixes for line in lines)]))
         blamed = [m.group(1) for r in mine if (m := _BLAMED.search(str(r.get("diagnosis") or "")))]
         cleared = [line for line in dict.fromkeys(blamed) if blamed.count(line) >= BLAME_LIMIT]
         if not set(blamable_lines(original)) - set(cleared):
@@ -450,6 +453,7 @@ def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()
     return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
 
 
+MAX_FIX_LINES = 3  # a rewrite that changed more lines than this was no fix of one line
 _NUMBERED = re.compile(r"^\s*\d+\| ?(.*)$")
 _NOT_CODE = ("#", '"' * 3, "'" * 3)
 _COMMENT = re.compile(r"\s+#[^'\"]*$")  # a trailing comment (none with a quote after the #)

@@ -310,6 +310,8 @@ def test_guidance_on_the_real_vocab_forces_literal_text_and_masks_the_rest(value
         assert guidance.grammar({"type": "string", "pattern": "[a-"}) is not None
         assert (guidance.relaxed, guidance.failures) == (1, 0)
         assert guidance.grammar({"type": "strin"}) is None and guidance.failures == 1
+        assert [guidance.constrained(s)[1] for s in ({"type": "string"}, {"type": "string", "pattern": "[a-"},
+                                                       {"type": "strin"}, None)] == ["full", "relaxed", "none", None]
 
         tokenize = lambda text: vocab_only.tokenize(text.encode(), add_bos=False, special=False)  # noqa: E731
         form = answer_schema("Average {number}; verdict {ship|hold}.", ("78", "61.5"))

@@ -855,3 +855,22 @@ def test_a_final_stating_one_facts_number_under_another_facts_name_is_refused(tm
         return any(c["properties"]["type"].get("const") == "final" for c in request.value_schema["anyOf"])
 
     assert not offers_final(policy.requests[5])  # evidence first, as for a number no Observation holds
+
+
+def test_a_step_the_grammar_could_not_constrain_says_so_in_its_trace(tmp_path):
+    """A schema past what the grammar compiler takes runs constrained less (``relaxed``) or not at all
+    (``none``); its model.completed event says which, so an invalid Decision that follows is explained."""
+    from dataclasses import replace as with_fields
+
+    levels = iter(["none", "relaxed"])
+
+    class Partly(ScriptedPolicy):
+        def generate(self, request):
+            generation = super().generate(request)
+            return with_fields(generation, grammar=next(levels, "full"))
+
+    policy = Partly(chain())
+    outcome = run_agent(load_pack(None), policy, Budgets(), artifact_dir=tmp_path / "artifacts")
+    assert outcome.result.stop_reason == "completed"
+    completed = events_of(outcome, "model.completed")
+    assert [e.get("grammar") for e in completed] == ["none", "relaxed"] + [None] * (len(completed) - 2)

@@ -104,14 +104,21 @@ class Guidance:
             warnings.simplefilter("ignore", DeprecationWarning)
             self.tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(vocab, eos_token=eos_token)
         self._grammars: dict[str, str | None] = {}
+        self._levels: dict[str, str] = {}
         self.failures = 0  # schemas with no grammar at all: those requests ran unconstrained
         self.relaxed = 0  # schemas constrained without their lengths or patterns
 
     def grammar(self, schema: dict[str, Any] | None, lead: str = "", code_field: str | None = None,
                 code_only: bool = False) -> str | None:
         """The checked grammar for ``schema`` (cached); None when absent or when it does not compile."""
+        return self.constrained(schema, lead, code_field, code_only)[0]
+
+    def constrained(self, schema: dict[str, Any] | None, lead: str = "", code_field: str | None = None,
+                    code_only: bool = False) -> tuple[str | None, str | None]:
+        """``grammar``'s result and how it constrains the value: ``full``, ``relaxed`` (without the
+        schema's lengths or patterns), ``none`` (nothing compiled: unconstrained); None without a schema."""
         if schema is None:
-            return None
+            return None, None
         key = lead + json.dumps(schema, sort_keys=True) + f"|code={code_field}|only={code_only}"
         if key not in self._grammars:
             # A long pattern intersected with a length bound can exceed what llguidance decides
@@ -130,7 +137,8 @@ class Guidance:
             self.failures += number == len(candidates)
             self.relaxed += 0 < number < len(candidates)
             self._grammars[key] = grammar
-        return self._grammars[key]
+            self._levels[key] = "full" if number == 0 else "none" if grammar is None else "relaxed"
+        return self._grammars[key], self._levels[key]
 
     def _compiles(self, grammar: str) -> bool:
         try:

@@ -242,8 +242,8 @@ class LlamaCppPolicy(ContinuationPolicy):
             raise ContextOverflow(f"the prompt has {len(tokens)} tokens; with {request.max_new_tokens} to "
                                   f"generate it exceeds the model context of {self.n_ctx} tokens")
         # A value after a prefix that ends at a colon starts with the space the model would write there.
-        grammar = self._guidance.grammar(request.value_schema, lead=" " if request.prefix.endswith(":") else "",
-                                         code_field=request.code_field, code_only=request.code_only)
+        grammar, level = self._guidance.constrained(request.value_schema, lead=" " if request.prefix.endswith(":") else "",
+                                                    code_field=request.code_field, code_only=request.code_only)
         out: list[int] = []
         forced = drafted = restored = 0
 
@@ -251,7 +251,7 @@ class LlamaCppPolicy(ContinuationPolicy):
             return Generation(text=text, input_tokens=len(tokens), output_tokens=len(out),
                               latency_ms=(time.perf_counter() - started) * 1000, finish_reason=reason,
                               cached_tokens=cached, prompt_eval_ms=prefill_ms, forced_tokens=forced,
-                              drafted_tokens=drafted, restored_tokens=restored)
+                              drafted_tokens=drafted, restored_tokens=restored, grammar=level)
 
         # Prefill all but the last prompt token in chunks, so a deadline or cancel can interrupt a
         # long prompt; the KV cache keeps whatever prefix this prompt shares with the previous one.
