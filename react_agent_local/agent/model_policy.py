@@ -130,10 +130,16 @@ class DecisionRequest:
         return render_continuation(self.prompt())
 
     def turn(self) -> str:
-        """This call's own user turn: what ``messages()`` adds after the run's earlier turns."""
-        from .rendering import continuation_turn
+        """This call's own user turn: what ``messages()`` adds after the run's earlier turns (a
+        compact prompt's one turn, which then stands for all of them: ``compacts``)."""
+        from .rendering import compact_turn, continuation_turn
 
-        return continuation_turn(self.prompt())
+        prompt = self.prompt()
+        return compact_turn(prompt) if prompt.compact else continuation_turn(prompt)
+
+    def compacts(self) -> bool:
+        """This call's prompt is one compact turn in place of the run's earlier turns."""
+        return self.prompt().compact
 
     def conversation(self, arguments: dict[str, dict[str, Any]], names: dict[str, str],
                      replies: dict[str, int] | None = None) -> Conversation:

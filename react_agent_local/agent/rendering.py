@@ -7,7 +7,8 @@ with its argument schema), then one user turn per model call -- the task in the 
 the Observations and feedback that are new since the previous call, the remaining budget and this
 step's instruction -- each followed by the model's own Decision as the assistant turn. Where that
 history grows past ``prompting.HISTORY_CHARS`` the prompt falls back to one compact user turn (the
-task, the latest 10 Observations, the latest 4 feedback lines, the budget and the instruction).
+task, the latest 10 Observations, the latest 4 feedback lines, the budget and the instruction); that
+turn and the model's Decision then stand for the history, and later calls continue after them.
 The runtime's JSON prefix (``Branch.prefix``) opens the assistant turn after it.
 
 ``render_conversation`` is rebuilt every step (a server keeps no state of ours): the task, each

@@ -111,6 +111,7 @@ class Run:
         self._history: list[tuple[str, str]] = list(prior.history)
         self._shown = (len(self.observations), 0)  # Observations and feedback lines the history has shown
         self._turn: str | None = None  # the user turn of the call whose Decision is being parsed
+        self._turn_compacts = False  # that turn is a compact one (``_remember_turn``)
         self._reply: Candidate | None = None  # the reply the latest Decision came in (its further calls)
         self.batch = Batch([], [])  # this step's calls of that reply (``tool_batch.py``)
         self._refused = False  # a Final was refused: the next ones are sampled more widely
@@ -239,6 +240,7 @@ class Run:
         except ModelUnavailable as exc:
             raise _Stop(exc.stop_reason, ToolErrorInfo(code=exc.code, message=exc.message)) from None
         self._turn = request.turn() if candidate.decision is None else None
+        self._turn_compacts = candidate.decision is None and request.compacts()
         if candidate.finish_reason == "cancelled" or self.cancel.is_set():
             raise _Stop("cancelled")
         if candidate.finish_reason == "deadline":
@@ -260,6 +262,11 @@ class Run:
         """Append this call's turn and the model's Decision to the conversation (continuations only:
         a served model's tool calls are replayed by its own protocol)."""
         if self._turn is not None:
+            # A compact turn stands for the turns before it: later calls continue after it, so the
+            # model's KV cache keeps it until the history is too long again (rebuilt every step, a
+            # long fix-the-test run evaluated 6k prompt tokens a step, 80 s on two cores).
+            if self._turn_compacts:
+                self._history.clear()
             self._history.append((self._turn, model_text))
             self._shown = (len(self.observations), len(self.feedback))
             self._turn = None

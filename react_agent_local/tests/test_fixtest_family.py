@@ -707,3 +707,24 @@ def test_a_generated_pack_declares_the_budgets_a_fix_needs_and_the_callers_own_w
         started = events_of(outcome, "run.started")[0]["budgets"]
         assert {k: started[k] for k in want} == want
         assert started["max_retries"] == Budgets().max_retries  # what neither sets stays the default
+
+
+def test_after_a_compact_turn_the_next_calls_continue_after_it(tmp_path, monkeypatch):
+    """A history past ``HISTORY_CHARS`` becomes one compact turn; the calls after it keep that turn
+    and add theirs, so the model's KV cache holds it (rebuilt every step, a long fix-the-test run
+    evaluated its whole prompt again each step: 6k tokens, 80 s on two cores)."""
+    import agent.prompting as prompting
+
+    monkeypatch.setattr(prompting, "HISTORY_CHARS", 6000)
+    pack = load_pack("fixtest_shipping")
+    fix = fix_of(pack)
+    line = "    return round(sum(prices) + shipping, 2)"
+    once, twice = line.replace("shipping", "shipping + 0"), line.replace("shipping", "shipping + 0 + 0")
+    outcome, policy = run(pack, guided(pack, (line, once), (once, twice), (fix["old"], fix["new"])), tmp_path)
+    assert outcome.result.stop_reason == "completed"
+    roles = ["".join(m["role"][0] for m in r.messages) for r in policy.requests]
+    compact = roles.index("su", 1)  # the first call past the limit: one user turn after the system message
+    assert roles[compact + 1] == "suau" and roles[compact + 2] == "suauau"
+    for later in policy.requests[compact + 1:compact + 3]:
+        assert later.messages[:2] == policy.requests[compact].messages[:2]  # the same prefix, kept in the cache
+        assert later.messages[2]["role"] == "assistant"
