@@ -448,7 +448,8 @@ def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()
         # a fix already tried is excluded with its trivial variants too (the 1.5B wrote a failed fix
         # again with a ';' added or its ':' left out, then the same failed function)
         known = [variant for text in (line, *tried) for variant in _variants(text)]
-        new = differs_from(list(dict.fromkeys(known)), MAX_DIAGNOSIS_FIX, exclude="`\n")[1:-1]  # without its anchors
+        failed = [variant for text in tried for variant in _variants(text)]
+        new = differs_from(list(dict.fromkeys(known)), MAX_DIAGNOSIS_FIX, exclude="`\n", closed=failed)[1:-1]
         options.append(f"{_literal(line)}`; it must be `{new}")
     return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
 
@@ -590,13 +591,22 @@ def _literal(text: str) -> str:
     return "".join("\\" + c if c in _META else c for c in text)
 
 
-def differs_from(lines: list[str], limit: int, exclude: str = "") -> str:
+#: After a line ``differs_from`` closes, what may not follow: these characters at all, and these
+#: characters followed by one of their own (the 1.5B wrote a failed fix again with prose after it:
+#: "it must be `if n <= m:'. The test expects...", "`x - 1; otherwise ...`", "`x - 1 because ...`").
+CLOSED_AFTER = ";'"
+CLOSED_THEN = {" ": "A-Za-z", ".": " "}
+
+
+def differs_from(lines: list[str], limit: int, exclude: str = "", closed: Iterable[str] = ()) -> str:
     """A regular expression for a string that starts with a non-space, is at most about ``limit``
     characters long, holds none of the characters in ``exclude`` and equals none of ``lines`` (but
     those with a quote or backslash): the complement of a finite set, written along the trie of
     ``lines`` (a string either ends early, leaves the trie at some character, or goes on past the
-    end of a line), so its size grows with the lines' length, not its square."""
+    end of a line), so its size grows with the lines' length, not its square. A line of ``closed``
+    (one of ``lines``) may not go on with prose either (``CLOSED_AFTER``, ``CLOSED_THEN``)."""
     trie: dict[str, Any] = {}
+    shut = set(closed)
     # llguidance lets a JSON escape (\" or \\) through any character class, so a line holding a
     # quote or a backslash cannot be excluded this way (edit_file still refuses old == new); nor can
     # a line longer than ``MAX_EXCLUDED_CHARS``: a deep trie of bounded tails is past what llguidance
@@ -607,21 +617,28 @@ def differs_from(lines: list[str], limit: int, exclude: str = "") -> str:
         for c in line:
             node = node.setdefault(c, {})
         node[""] = {}  # the end of a line
+        if line in shut:
+            node["\0"] = {}  # closed: no prose after it
 
     banned = "".join(_literal(c) if c != "\n" else "\\n" for c in exclude)
     tail = (f"[^{banned}]" if banned else "[\\s\\S]") + f"{{0,{limit - 1}}}"
 
-    def branch(node: dict[str, Any], root: bool) -> str:
-        children = [c for c in node if c]
+    def branch(node: dict[str, Any], root: bool, ban: str = "") -> str:
+        shut_here = "\0" in node
+        children = [c for c in node if c and c != "\0" and not (shut_here and c in CLOSED_AFTER)
+                    and not (ban and re.fullmatch(f"[{ban}]", c))]
+        nexts = {c: CLOSED_THEN[c] for c in CLOSED_THEN if shut_here}
         options = []
         if not root and "" not in node:
             options.append("")  # ends early: a proper prefix of a line
-        others = "".join(_literal(c) for c in children)
+        leave = "".join(_literal(c) for c in children) + "".join(_literal(c) for c in nexts)
+        leave += ("".join(_literal(c) for c in CLOSED_AFTER) if shut_here else "") + ban
         if root:
-            options.append(f"[^\\s{others}{banned}]{tail}")
+            options.append(f"[^\\s{leave}{banned}]{tail}")
         else:
-            options.append((f"[^{others}{banned}]" if others or banned else "[\\s\\S]") + tail)
-        options += [_literal(c) + branch(node[c], False) for c in children]
+            options.append((f"[^{leave}{banned}]" if leave or banned else "[\\s\\S]") + tail)
+        options += [_literal(c) + branch(node[c], False, nexts.get(c, "")) for c in children]
+        options += [_literal(c) + branch({}, False, then) for c, then in nexts.items() if c not in children]
         return "(?:" + "|".join(options) + ")"
 
     return "^" + branch(trie, True) + "$"

@@ -610,6 +610,11 @@ def test_a_diagnosis_never_names_a_tried_fix_again_not_even_with_a_colon_or_semi
         assert not allowed(tried), tried
     assert allowed("if value > best:") and allowed("if value >= best:")
     assert not allowed("if value > best:", line="if value > best:")  # only the function's own lines
+    # nor the tried fix with prose after it, as the 1.5B wrote it again and again
+    for again in ("if value <= best:'. The test expects this", "if value <= best; otherwise it fails",
+                  "if value <= best: because the docstring", "if value <= best:. The function"):
+        assert not allowed(again), again
+    assert allowed("if value <= best + 1:") and allowed("if value < best or value is None:")  # code goes on
 
 
 def test_a_line_fixed_two_ways_that_both_failed_is_no_longer_offered_as_the_wrong_line():
