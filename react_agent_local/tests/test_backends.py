@@ -307,8 +307,9 @@ def test_guidance_on_the_real_vocab_forces_literal_text_and_masks_the_rest(value
         assert guidance.failures == 0
         # a pattern llguidance cannot compile is dropped (still a string, held to it by the validator);
         # a schema that does not compile without it has no grammar
+        relaxed = guidance.relaxed  # the schemas above whose patterns compile only without their lengths
         assert guidance.grammar({"type": "string", "pattern": "[a-"}) is not None
-        assert (guidance.relaxed, guidance.failures) == (1, 0)
+        assert (guidance.relaxed, guidance.failures) == (relaxed + 1, 0)
         assert guidance.grammar({"type": "strin"}) is None and guidance.failures == 1
         assert [guidance.constrained(s)[1] for s in ({"type": "string"}, {"type": "string", "pattern": "[a-"},
                                                        {"type": "strin"}, None)] == ["full", "relaxed", "none", None]
