@@ -110,8 +110,9 @@ def _sites(value: Any, obs_id: str) -> Iterator[Site]:
         labels = tuple(v for _, v in items if _label(v))
         # A label holding another of the same object and three words more wraps it (a query the model
         # wrote around the fact's name: "The value of the fact 'Turku population' is"): the name is the label.
-        labels = tuple(v for v in labels if not any(o.casefold() in v.casefold() and len(v.split()) >= len(o.split()) + 3
-                                                    for o in labels))
+        # (A name of two words or more: a fact's own name holds its unit, "Turku hospital beds 2015" holds "beds".)
+        labels = tuple(v for v in labels if not any(len(o.split()) >= 2 and o.casefold() in v.casefold()
+                                                    and len(v.split()) >= len(o.split()) + 3 for o in labels))
         for _, v in items:
             if _number(v):
                 yield Site(obs_id, float(v), labels, named=bool(labels))
@@ -281,3 +282,4 @@ def off_question(checked: Iterable[Number], cited: list[Site], context: list[Sit
     if not facts or any(grounded(n, s.readings()) for n in stated for s in asked):
         return []
     return list(dict.fromkeys(next(l for l in s.labels if len(l) >= 4 and l.casefold() in folded) for s in asked))
+

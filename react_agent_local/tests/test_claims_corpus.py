@@ -82,3 +82,20 @@ def test_the_gate_decides_each_answer_as_its_evidence_says(item):
     named = " ".join(p.text for p in problems if p.kind == "number")
     for written in item.get("numbers", []):
         assert f"the number {written} appears" in named, shown
+
+
+def test_a_facts_name_that_holds_its_unit_stays_its_label():
+    """A label wrapping another with three words more is a query the model wrote around a fact's name,
+    and is dropped; but a fact's own name holds its unit ('Turku hospital beds 2015' holds 'beds') and
+    is no query: it stays the site's name."""
+    from agent.attribution import sites
+    from agent.contracts import Observation
+
+    result = {"query": "Turku hospital beds 2015", "fact": "Turku hospital beds 2015", "value": 4535, "unit": "beds"}
+    named = [s for s in sites([Observation(id="obs-lookup_fact-1", tool="lookup_fact", ok=True, result=result)])
+             if s.named]
+    assert [s.name() for s in named] == ["Turku hospital beds 2015"]
+    wrapped = {"query": "The value of the fact 'Turku population' is", "fact": "Turku population", "value": 1}
+    named = [s for s in sites([Observation(id="obs-lookup_fact-2", tool="lookup_fact", ok=True, result=wrapped)])
+             if s.named]
+    assert [s.labels for s in named] == [("Turku population",)]
