@@ -86,11 +86,12 @@ class Workspace:
         """One hash of every file (caches left out): equal exactly when the files are."""
         return ops.digest(self.hashes())
 
-    def code_digest(self) -> str:
+    def code_digest(self, hashes: dict[str, str] | None = None) -> str:
         """One hash of the files as code: a Python file by its syntax tree (comments, blank lines and
         layout left out), any other file, or one that does not parse, by its bytes. Equal when the
-        code is, however it is written (the 1.5B wrote a failed fix again with a comment added)."""
-        hashes = self.hashes()
+        code is, however it is written (the 1.5B wrote a failed fix again with a comment added).
+        ``hashes``: the files' hashes when the caller has them already (``digest`` of the same moment)."""
+        hashes = dict(self.hashes() if hashes is None else hashes)
         for rel in hashes:
             if rel.endswith(".py"):
                 tree = ops.syntax_hash(self.read_text(rel))

@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import Field
 
 from ..approvals import ApprovalRequest, ask_operator
+from . import workspace_ops as ops
 from .base import StrictArgs, Tool, ToolContext, ToolError
 
 DEFAULT_TIMEOUT = 60
@@ -134,7 +135,8 @@ def _execute(ctx: ToolContext, args: BashArgs, cancel: threading.Event) -> dict[
         timeout = min(timeout, ctx.deadline - time.monotonic() - 0.2)
         if timeout <= 0:
             raise ToolError("deadline_exceeded", "the run's deadline passed before the command could run", retryable=False)
-    files, code = ctx.workspace.digest(), ctx.workspace.code_digest()
+    hashes = ctx.workspace.hashes()  # read once for both digests
+    files, code = ops.digest(hashes), ctx.workspace.code_digest(hashes)
     result = ctx.sandbox.run([BASH, "--noprofile", "--norc", "-c", args.command], cwd=".", timeout_s=timeout,
                              cancel=cancel, stdin=b"", env=dict(COMMAND_ENV), max_output_bytes=MAX_OUTPUT_BYTES)
     stdout, stderr = _text(result.stdout), _text(result.stderr)
