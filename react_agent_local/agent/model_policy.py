@@ -108,6 +108,9 @@ class DecisionRequest:
     #: served model's text) or "arguments" (a served tool call's). Counts only: the raw text never
     #: leaves the policy, so a live view cannot leak it into a trace.
     on_progress: Callable[[str, int], None] | None = None
+    #: only the arguments but the branch's code argument (a policy with ``proposes_arguments``): the
+    #: runtime tries a diagnosis before any code is written (``agent/fix_trials.py``)
+    arguments_only: bool = False
     _prompt: Prompt | None = field(default=None, init=False, repr=False)
 
     @property
@@ -211,6 +214,27 @@ CODE_TURN_INSTRUCTION = "Write the other arguments as JSON: `{field}` is asked f
 #: what separates the other arguments' JSON from the code block (``CODE_FENCE_END`` closes it)
 CODE_FENCE = "\n```python\n"
 CODE_FENCE_END = "```"
+
+
+def _joined(gens: list[Generation], text: str) -> Candidate:
+    """One Candidate of the generations one Decision took (its arguments, then its code)."""
+    last = gens[-1]
+    return Candidate(text=text, input_tokens=sum(g.input_tokens for g in gens),
+                     output_tokens=sum(g.output_tokens for g in gens),
+                     latency_ms=sum(g.latency_ms for g in gens), finish_reason=last.finish_reason,
+                     cached_tokens=sum(g.cached_tokens for g in gens),
+                     prompt_eval_ms=sum(g.prompt_eval_ms or 0.0 for g in gens) if gens[0].prompt_eval_ms is not None else None,
+                     forced_tokens=sum(g.forced_tokens for g in gens),
+                     drafted_tokens=sum(g.drafted_tokens for g in gens),
+                     restored_tokens=sum(g.restored_tokens for g in gens),
+                     grammar=_weakest(g.grammar for g in gens))
+
+
+def _const(schema: dict[str, Any] | None, name: str | None) -> str | None:
+    """The string ``name`` must be under an object ``schema`` (a ``const``), else None."""
+    sub = (schema or {}).get("properties", {}).get(name) if isinstance(schema, dict) else None
+    value = sub.get("const") if isinstance(sub, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _has_property(schema: dict[str, Any] | None, name: str | None) -> bool:
@@ -358,11 +382,21 @@ class ContinuationPolicy:
     #: a code argument is written in a code turn of its own (``DecisionRequest.code_turn``): the model
     #: writes code as it does for a person asking in chat, not inside the agent's protocol
     code_turns: bool = False
+    #: answers ``DecisionRequest.arguments_only``
+    proposes_arguments: bool = True
 
     def generate(self, request: ModelRequest) -> Generation:
         raise NotImplementedError
 
     def propose(self, request: DecisionRequest) -> Candidate:
+        if request.arguments_only:  # asked as the code turn's arguments are, so the prompt is the same
+            gen = self.generate(request.continuation(code_blocks=True, code_turns=True))
+            return _joined([gen], gen.text)
+        fixed = _const(request.prompt().value_schema, request.branch.code_field)
+        if fixed is not None:  # the code is settled already (a tried fix): only the other arguments are asked
+            gen = self.generate(request.continuation(code_blocks=True, code_turns=True))
+            text = with_code(gen.text, request.branch.code_field, fixed) if gen.finish_reason == "stop" else None
+            return _joined([gen], text or gen.text)
         field = request.code_turn_field(self.code_blocks and self.code_turns)
         continuation = request.continuation(code_blocks=self.code_blocks, code_turns=field is not None)
         gens = [self.generate(continuation)]
@@ -373,16 +407,7 @@ class ContinuationPolicy:
                 text = with_code(text, field, gens[1].text) or text
         elif continuation.code_field is not None and gens[0].finish_reason == "stop":
             text = code_value(text, continuation.code_field) or text
-        last = gens[-1]
-        return Candidate(text=text, input_tokens=sum(g.input_tokens for g in gens),
-                         output_tokens=sum(g.output_tokens for g in gens),
-                         latency_ms=sum(g.latency_ms for g in gens), finish_reason=last.finish_reason,
-                         cached_tokens=sum(g.cached_tokens for g in gens),
-                         prompt_eval_ms=sum(g.prompt_eval_ms or 0.0 for g in gens) if gens[0].prompt_eval_ms is not None else None,
-                         forced_tokens=sum(g.forced_tokens for g in gens),
-                         drafted_tokens=sum(g.drafted_tokens for g in gens),
-                         restored_tokens=sum(g.restored_tokens for g in gens),
-                         grammar=_weakest(g.grammar for g in gens))
+        return _joined(gens, text)
 
     def close(self) -> None:
         pass

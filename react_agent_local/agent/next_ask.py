@@ -34,16 +34,17 @@ FINAL_SUMMARY = "All required observations present: answer with evidence."
 
 
 def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRegistry, workspace: Any = None,
-             language: str = "en") -> Branch:
+             language: str = "en", failed_fixes: Any = ()) -> Branch:
     """The Branch of the next step (see the module docstring)."""
     if mode == "free":
         return _free(task, evidence, tools, language)
     # A workspace task's reads, changes and test runs follow its evidence (workspace_evidence.py),
     # not the fixed order below; when it has nothing left to do, the Final comes next.
-    step = next_step(task, list(evidence.observations), workspace) if task.workspace is not None else None
+    step = next_step(task, list(evidence.observations), workspace, failed_fixes) if task.workspace is not None else None
     if step is not None:
         return Branch("action", tool=step.tool, target=step.target, narrowed=step.narrowed, drafts=step.drafts,
-                      code_field=step.code_field, explore=step.explore, summary=_summary(task, tools, step.tool))
+                      code_field=step.code_field, explore=step.explore, trial=step.trial,
+                      summary=_summary(task, tools, step.tool))
     for tool in (task.required_tools if task.workspace is None else ()):
         items = task.subgoals.get(tool)
         if items:

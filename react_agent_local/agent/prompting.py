@@ -146,6 +146,9 @@ class Branch:
     #: asked again after the same kind of Decision failed (a tool attempt, a wrong result): the
     #: failed Decisions are not shown in the history (``without_failed_turns``); ``explore`` implies it
     again: bool = False
+    #: a diagnosis the runtime may try before the code is written (``workspace_evidence.FixTrial``,
+    #: ``fix_trials.py``); never part of the prompt
+    trial: Any = None
 
     @property
     def prefix(self) -> str:

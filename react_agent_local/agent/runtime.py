@@ -30,10 +30,11 @@ from .contracts import (TERMINAL_STATUS, ActionDecision, Budgets, FinalDecision,
                         ToolErrorInfo, Usage)
 from .decisions import DecisionError
 from .execution import Cancelled, run_attempt
+from .fix_trials import Scratch, settle
 from .mcp_binding import ToolsUnavailable, bind_tools
 from .metrics import RunRecord, compute_metrics
 from .model_call import ModelCall, canonical, decision_of, load_policy
-from .model_policy import Candidate, DecisionRequest, ModelUnavailable, Policy
+from .model_policy import EXPLORE_TEMPERATURE, Candidate, DecisionRequest, ModelUnavailable, Policy
 from .next_ask import decision_summary, next_ask
 from .operands import check_operands
 from .packs import TaskPack, goal_language
@@ -116,6 +117,7 @@ class Run:
         self.batch = Batch([], [])  # this step's calls of that reply (``tool_batch.py``)
         self._refused = False  # a Final was refused: the next ones are sampled more widely
         self._unfounded = False  # ... for a number no Observation holds: the next free step offers tools only
+        self._failed_fixes: list[tuple[str, str, str]] = []  # (path, function, fix) a trial failed
         self.step = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -132,7 +134,8 @@ class Run:
             self.evidence = self._evidence()
             while True:
                 branch = next_ask(self.pack.task, self.evidence, mode=self.mode, tools=self.tools,
-                                  workspace=self.ctx.workspace, language=self.language)
+                                  workspace=self.ctx.workspace, language=self.language,
+                                  failed_fixes=self._failed_fixes)
                 if self._refused and branch.kind != "action":  # the likeliest Final was refused: sample wider
                     branch = replace(branch, explore=True)
                 if self._unfounded and branch.kind == "free":  # a number no Observation holds: evidence first
@@ -143,6 +146,8 @@ class Run:
                 self.step += 1
                 self.usage.steps += 1
                 self.trace.emit("budget", "run", self.step, remaining=self._remaining())
+                if branch.trial is not None:                                      # a diagnosis tried first
+                    branch = self._try_fixes(branch)
                 decision = self._decide(branch)                                   # generate, parse, repair
                 if isinstance(decision, FinalDecision):
                     if self._accept_final(decision):                              # evidence gate + claims
@@ -228,17 +233,38 @@ class Run:
             return decision
         raise _Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
 
-    def _generate(self, branch: Branch, attempt: int, repair_error: str | None) -> Candidate:
+    def _try_fixes(self, branch: Branch) -> Branch:
+        """The step's diagnosis tried on a scratch copy before any code is written (``fix_trials.py``)."""
+        scratch = Scratch.open(self.ctx) if getattr(self.policy, "proposes_arguments", False) else None
+        if scratch is None:
+            return replace(branch, trial=None)
+        with scratch:
+            settled, failed = settle(
+                branch, lambda probe, wider: self._generate(probe, 0, None, arguments_only=True, wider=wider),
+                lambda probe, candidate: decision_of(probe, candidate, self.tools.names), scratch, self._tool_event,
+                deadline=self.deadline, cancel=self.cancel)
+        self._failed_fixes += [(branch.trial.path, branch.trial.name, fix) for fix in failed]
+        return settled
+
+    def _generate(self, branch: Branch, attempt: int, repair_error: str | None, *, arguments_only: bool = False,
+                  wider: bool = False) -> Candidate:
         call = ModelCall(self.trace, self.step, attempt)
+        sampling = self.sampling.for_call(self.usage.model_calls)
+        if wider:  # a trial's fix failed: the next one is drawn more widely
+            sampling = sampling.model_copy(update={"temperature": max(sampling.temperature, EXPLORE_TEMPERATURE),
+                                                   "top_p": max(sampling.top_p, 0.95), "top_k": max(sampling.top_k, 50)})
         request = DecisionRequest(
             branch=branch, state=self._prompt_state(branch), tools=self.tools,
-            max_new_tokens=self.budgets.new_tokens(self.usage, code=branch.code_field is not None),
-            sampling=self.sampling.for_call(self.usage.model_calls),
-            repair_error=repair_error, deadline=self.deadline, cancel=self.cancel, on_progress=call.progress)
+            max_new_tokens=self.budgets.new_tokens(self.usage, code=branch.code_field is not None and not arguments_only),
+            sampling=sampling, repair_error=repair_error, deadline=self.deadline, cancel=self.cancel,
+            on_progress=call.progress, arguments_only=arguments_only)
         try:
             candidate = call.propose(self.policy, request, self.usage)
         except ModelUnavailable as exc:
             raise _Stop(exc.stop_reason, ToolErrorInfo(code=exc.code, message=exc.message)) from None
+        if arguments_only:  # a trial's probe: no turn of the conversation
+            self._check_time_and_tokens()
+            return candidate
         self._turn = request.turn() if candidate.decision is None else None
         self._turn_compacts = candidate.decision is None and request.compacts()
         if candidate.finish_reason == "cancelled" or self.cancel.is_set():

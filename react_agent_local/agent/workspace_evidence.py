@@ -68,6 +68,50 @@ class Step:
     code_field: str | None = None
     #: the last change brought back files a test run had already failed on: sample, don't repeat
     explore: bool = False
+    #: a diagnosis this step asks for can be tried before the code is written (``FixTrial``)
+    trial: "FixTrial | None" = None
+
+
+@dataclass(frozen=True)
+class FixTrial:
+    """A fix-one-line diagnosis as the runtime can try it before any code is written
+    (``agent/fix_trials.py``): the function as the task gave it (``original``, at ``path``), the
+    fixes already tried and the lines no longer offered as the wrong one, so the diagnosis schema can
+    be rebuilt without the fixes a trial failed."""
+
+    path: str
+    name: str
+    original: str
+    tried: tuple[str, ...] = ()
+    cleared: tuple[str, ...] = ()
+
+    def schema(self, failed: Iterable[str] = ()) -> dict[str, Any]:
+        """The diagnosis schema with the ``failed`` fixes excluded too."""
+        return diagnosis_schema(self.original, [*self.tried, *failed], list(self.cleared))
+
+    def fixed_source(self, diagnosis: str) -> str | None:
+        """The function with the diagnosis applied: the first line that is the named wrong line
+        (stripped) replaced by the fix at its indentation; None when the diagnosis is not in the
+        fixed form or names no line of the function."""
+        found = parse_diagnosis(diagnosis)
+        if found is None:
+            return None
+        wrong, fix = found
+        lines = self.original.splitlines()
+        for i, line in enumerate(lines[1:], start=1):
+            if line.strip() == wrong:
+                indent = line[:len(line) - len(line.lstrip())]
+                return "\n".join([*lines[:i], indent + fix.strip(), *lines[i + 1:]])
+        return None
+
+
+_DIAGNOSIS = re.compile(r"^The wrong line is `(.*?)`; it must be `(.*)`$")
+
+
+def parse_diagnosis(diagnosis: str) -> tuple[str, str] | None:
+    """(wrong line, fix) of a diagnosis in the fixed form (``diagnosis_schema``), else None."""
+    m = _DIAGNOSIS.match(diagnosis or "")
+    return (m.group(1), m.group(2)) if m and m.group(2).strip() else None
 
 
 def _test_runs(task: TaskSpec, observations: list[Observation]) -> list[tuple[int, Observation]]:
@@ -157,8 +201,11 @@ def final_problems(task: TaskSpec, observations: list[Observation], workspace: A
     return problems
 
 
-def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -> Step | None:
-    """The next action of a guided workspace task; None: the Final."""
+def next_step(task: TaskSpec, observations: list[Observation], workspace: Any,
+              failed_fixes: Iterable[tuple[str, str, str]] = ()) -> Step | None:
+    """The next action of a guided workspace task; None: the Final. ``failed_fixes`` are
+    (path, function, fix) that a trial (``fix_trials.py``) failed: no diagnosis proposes them again."""
+    failed_fixes = tuple(failed_fixes)
     if task.workspace is None or workspace is None:
         return None
     unread = _unread(task, observations)
@@ -198,7 +245,7 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -
             return None
         # the task asks for a change: examples that pass on the files as given prove nothing
         if change_tool == "replace_function":
-            return function_step(files, workspace, failing, observations)
+            return function_step(files, workspace, failing, observations, failed_fixes)
         return _change_step(change_tool, files, workspace,
                             f"the change the task asks for ({failing.id} passed on the files as given)")
     # ... and so does a change refused for changing nothing since that run
@@ -211,7 +258,7 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any) -
     # a change the tests failed on was the model's likeliest answer: the next one is sampled
     explore = repeated is not None or refused is not None or change is not None
     if change_tool == "replace_function":
-        step = function_step(files, workspace, failing, observations)
+        step = function_step(files, workspace, failing, observations, failed_fixes)
         return replace(step, target=step.target + note, explore=explore)
     step = _change_step(change_tool, files, workspace,
                         f"a fix that makes the tests pass ({failing.id} {failure_summary(failing)}).{note}")
@@ -325,7 +372,7 @@ def _functions(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
 
 
 def function_step(files: list[str], workspace: Any, run: Observation | None,
-                  observations: list[Observation] = ()) -> Step:
+                  observations: list[Observation] = (), failed_fixes: Iterable[tuple[str, str, str]] = ()) -> Step:
     """A ``replace_function`` after the failing ``run``: the functions its report calls (all of the
     files' functions when it names none), their path and name narrowed to those, the new source
     held to start with the def line and docstring when there is one candidate, and the failure and
@@ -360,16 +407,17 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
         # a fix of a written function changed a line or two, and those are the fix it tried; a stub's
         # first bodies are no fixes (and are not shown: the 1.5B copies failed code it is shown)
         fixes = [] if is_stub(original) else [lines for r in mine if len(lines := changed_lines(r)) <= MAX_FIX_LINES]
+        trials = [fix for p, n, fix in failed_fixes if (p, n) == (path, name)]
         tries = list(dict.fromkeys([*(m.group(1) for r in mine if (m := _MUST_BE.search(str(r.get("diagnosis") or "")))),
-                                    *(line for lines in fixes for line in lines)]))
+                                    *(line for lines in fixes for line in lines), *trials]))
         blamed = [m.group(1) for r in mine if (m := _BLAMED.search(str(r.get("diagnosis") or "")))]
         cleared = [line for line in dict.fromkeys(blamed) if blamed.count(line) >= BLAME_LIMIT]
         if not set(blamable_lines(original)) - set(cleared):
             cleared = []  # no other line to name
         originals.append(original)
         tried.append((tries, cleared))
-        if mine:
-            shown.append(f"{name} in {path} as the task gave it (your rewrites failed):\n{original}"
+        if mine or trials:
+            shown.append(f"{name} in {path} as the task gave it{' (your rewrites failed)' if mine else ''}:\n{original}"
                          + (f"\nAlready tried, the tests still failed: {', '.join(f'`{t}`' for t in tries)}" if tries else "")
                          + "".join(f"\n`{line}` was fixed {blamed.count(line)} ways and the tests still failed: "
                                    "the wrong line is another one" for line in cleared))
@@ -387,15 +435,21 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     narrowed: list[tuple[str, Any]] = [("path", {"const": paths[0]} if len(paths) == 1 else {"enum": paths}),
                                        ("name", {"const": names[0]} if len(names) == 1 else {"enum": names})]
     # the diagnosis first: the source is written after the model has said which line is wrong
+    trial = None
     if unwritten:
         narrowed.append(("diagnosis", {"const": None}))
+    elif len(chosen) == 1:
+        schema = diagnosis_schema(originals[0], *tried[0])
+        narrowed.append(("diagnosis", schema))
+        if schema is not DIAGNOSIS_SCHEMA:  # a fix of one of its lines, which can be tried as it is
+            trial = FixTrial(paths[0], names[0], originals[0], tuple(tried[0][0]), tuple(tried[0][1]))
     else:
-        narrowed.append(("diagnosis", diagnosis_schema(originals[0], *tried[0]) if len(chosen) == 1 else DIAGNOSIS_SCHEMA))
+        narrowed.append(("diagnosis", DIAGNOSIS_SCHEMA))
     if len(chosen) == 1:
         pattern = def_line_pattern(originals[0], written=unwritten)
         narrowed.append(("source", {"type": "string", "pattern": pattern}))
     drafts = tuple(json.dumps(source, ensure_ascii=False)[1:-1] for source in originals)
-    return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source")
+    return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source", trial=trial)
 
 
 _MUST_BE = re.compile(r"it must be `(.*)`$")

@@ -47,7 +47,9 @@ def count_tokens(text: str) -> int:
 
 
 class ScriptedPolicy(ContinuationPolicy):
-    def __init__(self, outputs: list[Step]):
+    def __init__(self, outputs: list[Step], *, proposes_arguments: bool = False):
+        # off unless a test scripts the runtime's fix trials (their calls would take scripted outputs)
+        self.proposes_arguments = proposes_arguments
         self.outputs = list(outputs)
         self.requests: list[ModelRequest] = []
         self.description = ModelDescription(

@@ -1,0 +1,159 @@
+"""A diagnosis's one-line fix, tried on a scratch copy of the workspace before any code is written.
+
+A guided ``replace_function`` step after a failing test run asks first for a diagnosis in a fixed
+form -- "The wrong line is `X`; it must be `Y`" (``workspace_evidence.diagnosis_schema``) -- and
+then for the function's new source. Writing the source and running the tests again costs a small
+model on two cores a code turn and two more steps, and a wrong diagnosis costs all of them: the
+1.5B used its whole tool budget on four fix-the-test packs proposing wrong one-line fixes, one at a
+time.
+
+So the runtime tries the diagnosis first (``Run._try_fixes``): the model proposes the arguments
+but the code (``DecisionRequest.arguments_only``), and the runtime applies the fix exactly as
+written to the function as the task gave it (``FixTrial.fixed_source``), in a scratch copy of the
+workspace (``Scratch``: the real sandbox, the task's test command, nothing of the run's workspace
+touched). A fix the tests pass on becomes the step's Decision -- the diagnosis and that source, as
+``const`` arguments, so no code is sampled -- which the real workspace then runs through the usual
+tools and evidence gate. A failing fix is excluded from the diagnosis and the next one is sampled,
+up to ``MAX_TRIALS`` a step; when none passes, the step goes on as before, without the failed
+fixes. Each trial is a ``fix.trial`` event: its number, whether the tests passed, the exit code, the
+time and the failure's one line (tool output, as an Observation shows it).
+
+Trials run only the task's own test command, only where the approval policy runs it without a
+question, and only for a workspace ``workspace.copy_template`` can copy (folders and regular files
+within its size caps): otherwise the step is asked as before.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .contracts import Observation
+from .decisions import DecisionError
+from .tools import ToolContext, ToolError
+from .workspace_evidence import failure_summary, parse_diagnosis, passed
+
+#: diagnoses tried per step before the step is asked as before
+MAX_TRIALS = 3
+#: the longest one trial's test run may take (never past the run's deadline)
+TRIAL_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    passed: bool
+    exit_code: int | None
+    duration_ms: float
+    summary: str  # the failure's one line ("" when the tests passed)
+
+    def public(self) -> dict[str, Any]:
+        return {"passed": self.passed, "exit_code": self.exit_code, "duration_ms": round(self.duration_ms, 1),
+                "summary": self.summary}
+
+
+class Scratch:
+    """A throwaway copy of the run's workspace with a sandbox of its own (a context manager; the
+    copy is removed on exit). ``open`` gives None where trials cannot run (see the module)."""
+
+    def __init__(self, ctx: ToolContext, folder: Path):
+        from .workspace import Workspace, sandbox_for
+
+        workspace = ctx.workspace
+        self.folder = folder
+        self.root = folder / "workspace"
+        self.workspace = Workspace(root=self.root, protected=workspace.protected, test_command=workspace.test_command,
+                                   allow_unsandboxed=workspace.allow_unsandboxed)
+        self.ctx = replace(ctx, workspace=self.workspace, sandbox=sandbox_for(self.workspace), emit=None)
+
+    @classmethod
+    def open(cls, ctx: ToolContext) -> "Scratch | None":
+        from .workspace import WorkspaceUnavailable, copy_template
+
+        workspace = ctx.workspace
+        if workspace is None or ctx.sandbox is None or not workspace.test_command:
+            return None
+        if ctx.approval is not None and getattr(ctx.approval, "mode", None) == "always_ask":
+            return None  # every command is the operator's to approve: no runs of the runtime's own
+        folder = Path(tempfile.mkdtemp(prefix="react-agent-trial-"))
+        try:
+            copy_template(Path(workspace.root), folder / "workspace")
+            return cls(ctx, folder)
+        except (WorkspaceUnavailable, OSError):
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def try_source(self, path: str, name: str, source: str, *, deadline: float | None, cancel: Any) -> TrialOutcome:
+        """Replace function ``name`` in ``path`` with ``source`` (as ``replace_function`` does, in
+        the sandbox) and run the test command on the copy."""
+        from .tools.files import run_op
+        from .tools.shell import BASH, COMMAND_ENV, MAX_OUTPUT_BYTES
+
+        started = time.monotonic()
+        try:
+            run_op(self.ctx, "replace_function", {"path": path, "name": name, "source": source}, cancel)
+        except ToolError as exc:
+            return TrialOutcome(False, None, (time.monotonic() - started) * 1000, exc.message[:200])
+        timeout = TRIAL_TIMEOUT_SECONDS if deadline is None else min(TRIAL_TIMEOUT_SECONDS,
+                                                                      deadline - time.monotonic() - 0.2)
+        if timeout <= 0:
+            return TrialOutcome(False, None, 0.0, "the run's deadline passed")
+        result = self.ctx.sandbox.run([BASH, "--noprofile", "--norc", "-c", self.workspace.test_command], cwd=".",
+                                      timeout_s=timeout, cancel=cancel, stdin=b"", env=dict(COMMAND_ENV),
+                                      max_output_bytes=MAX_OUTPUT_BYTES)
+        run = Observation(id="obs-trial-0", tool="bash", ok=True, result={
+            "exit_code": result.exit_code, "timed_out": bool(result.timed_out), "cancelled": bool(result.cancelled),
+            "timeout_s": round(timeout, 1), "stdout": _text(result.stdout), "stderr": _text(result.stderr)})
+        ok = passed(run)
+        return TrialOutcome(ok, result.exit_code, (time.monotonic() - started) * 1000,
+                            "" if ok else failure_summary(run))
+
+
+def _text(data: Any) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
+
+
+def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any, Any], Any], scratch: Scratch,
+           emit: Callable[..., Any], *, deadline: float | None, cancel: Any) -> tuple[Any, list[str]]:
+    """The step's branch after its diagnoses were tried, and the fixes that failed.
+
+    ``propose(probe, wider)`` asks the policy for the arguments alone (sampled more widely after the
+    first); ``read(probe, candidate)`` is the candidate's Decision (a ``DecisionError`` ends the
+    trials). A passing fix settles the branch: its diagnosis and the fixed source become ``const``."""
+    trial = branch.trial
+    failed: list[str] = []
+    for n in range(1, MAX_TRIALS + 1):
+        probe = _with(branch, diagnosis=trial.schema(failed))
+        try:
+            decision = read(probe, propose(probe, n > 1))
+        except DecisionError:
+            break
+        diagnosis = str((decision.arguments or {}).get("diagnosis") or "")
+        source = trial.fixed_source(diagnosis)
+        if source is None:
+            break
+        outcome = scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
+        emit("fix.trial", trial=n, path=trial.path, function=trial.name, **outcome.public())
+        if outcome.passed:
+            return replace(_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
+                           trial=None), failed
+        failed.append(parse_diagnosis(diagnosis)[1])
+    if not failed:
+        return replace(branch, trial=None), failed
+    return replace(_with(branch, diagnosis=trial.schema(failed)), trial=None), failed
+
+
+def _with(branch: Any, **schemas: dict[str, Any]) -> Any:
+    """``branch`` with these arguments' narrowed schemas replaced (added where it had none)."""
+    narrowed = [(name, schemas.get(name, schema)) for name, schema in branch.narrowed]
+    narrowed += [(name, schema) for name, schema in schemas.items() if name not in dict(branch.narrowed)]
+    return replace(branch, narrowed=tuple(narrowed))

@@ -1,0 +1,154 @@
+"""Fix trials (``agent/fix_trials.py``) through the real runtime, the real sandbox and a generated
+fix-the-test pack: a diagnosis is tried on a scratch copy before any code is written; a passing fix
+becomes the step's Decision without a code turn, a failing one is excluded, the run's workspace is
+never touched by a trial and the copies are removed."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from agent.backends.scripted import ScriptedPolicy
+from agent.contracts import Budgets
+from agent.families.fixtest.generator import generate_packs
+from agent.fix_trials import MAX_TRIALS
+from agent.packs import TaskPack
+from agent.runtime import run_agent
+from agent.workspace_evidence import FixTrial, parse_diagnosis
+
+
+@pytest.fixture
+def scratch_parent(tmp_path, monkeypatch):
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def pack_and_fix(tmp_path: Path) -> tuple[TaskPack, dict, str, str]:
+    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=3)[0])
+    expected = pack.load_expected()
+    fix, name = expected["reference_fix"], expected["function"]
+    original = (pack.root / "workspace" / fix["path"]).read_text()
+    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
+    return pack, fix, name, function
+
+
+def diagnosis(wrong: str, fix: str) -> str:
+    return f"The wrong line is `{wrong.strip()}`; it must be `{fix.strip()}`"
+
+
+def run(pack: TaskPack, outputs: list, tmp_path: Path, proposes_arguments: bool = True):
+    policy = ScriptedPolicy(outputs, proposes_arguments=proposes_arguments)
+    outcome = run_agent(pack, policy, Budgets(), artifact_dir=tmp_path / "run" / "artifacts")
+    assert outcome.events[-1]["type"] == "run.finished"
+    return outcome, policy
+
+
+def start(pack: TaskPack) -> list[str]:
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    return [json.dumps({"path": p}) for p in pack.task.subgoals["read_file"]] + [test_run]
+
+
+def test_a_failed_fix_is_tried_and_excluded_and_a_passing_one_is_the_decision_with_no_code_turn(tmp_path, scratch_parent):
+    pack, fix, name, function = pack_and_fix(tmp_path)
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    wrong_fix = fix["old"].strip() + "  # no-op"  # the same code: the tests still fail
+    right = diagnosis(fix["old"], fix["new"])
+    outputs = start(pack) + [
+        json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], wrong_fix)}),  # trial 1
+        json.dumps({"path": fix["path"], "name": name, "diagnosis": right}),                              # trial 2
+        json.dumps({"path": fix["path"], "name": name, "diagnosis": right}),  # the Decision: every argument const
+        test_run, json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path)
+    policy.assert_complete()  # no code turn was asked for: the source was settled by the trial
+    assert outcome.result.status == "completed" and outcome.result.metrics.task_success is True
+    assert [(o.tool, o.ok) for o in outcome.result.observations] == [
+        ("read_file", True), ("read_file", True), ("bash", True), ("replace_function", True), ("bash", True)]
+    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    assert [(t["trial"], t["passed"]) for t in trials] == [(1, False), (2, True)]
+    assert trials[0]["exit_code"] not in (0, None) and trials[0]["summary"]
+    assert trials[0]["function"] == name and trials[0]["path"] == fix["path"]
+    first, second, decision = policy.requests[3], policy.requests[4], policy.requests[5]
+    for probe in (first, second):  # a probe asks for the arguments alone
+        assert "source" not in probe.value_schema["properties"]
+    # the failed fix is excluded from the second probe's diagnosis; the right one is not
+    pattern = re.compile(second.value_schema["properties"]["diagnosis"]["pattern"])
+    if '"' not in fix["old"] and len(wrong_fix) <= 48:
+        assert not pattern.match(diagnosis(fix["old"], wrong_fix))
+    assert pattern.match(right)
+    assert second.temperature >= 1.0  # drawn more widely after a failed trial
+    properties = decision.value_schema["properties"]
+    assert properties["diagnosis"] == {"const": right}
+    assert "source" not in properties  # asked as a code turn's arguments; the source is the tried one
+    applied = outcome.result.observations[3].result
+    assert fix["new"].strip() in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
+    assert "# no-op" not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()  # trial 1 touched only its copy
+    assert applied["name"] == name
+    assert list(scratch_parent.iterdir()) == []  # every scratch copy is removed
+
+
+def test_fixes_that_all_fail_their_trials_are_excluded_and_shown_as_tried_for_the_rest_of_the_run(tmp_path, scratch_parent):
+    pack, fix, name, function = pack_and_fix(tmp_path)
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    wrong = [fix["old"].strip() + f"  # no-op {n}" for n in range(MAX_TRIALS)]
+    outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], w)})
+                             for w in wrong]
+    # none passed: the step is asked as before (the model writes the source), and that rewrite fails too
+    indent = fix["old"][:len(fix["old"]) - len(fix["old"].lstrip())]
+    bad = function.replace(fix["old"], indent + "return -1")
+    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], "return 0"),
+                            "source": bad}), test_run]
+    right = diagnosis(fix["old"], fix["new"])
+    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": right}),   # the next step's trial
+                json.dumps({"path": fix["path"], "name": name, "diagnosis": right})]   # its Decision
+    policy = ScriptedPolicy(outputs, proposes_arguments=True)
+    outcome = run_agent(pack, policy, Budgets(max_tool_calls=6), artifact_dir=tmp_path / "run" / "artifacts")
+    policy.assert_complete()
+    assert outcome.result.stop_reason == "tool_budget"
+    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    assert [t["passed"] for t in trials] == [False] * MAX_TRIALS + [True]
+    assert [(o.tool, o.ok) for o in outcome.result.observations][3:] == [
+        ("replace_function", True), ("bash", True), ("replace_function", True)]
+    assert outcome.result.observations[4].result["exit_code"] != 0
+    decision = policy.requests[3 + MAX_TRIALS]  # asked as before: the source is the model's
+    assert "source" in decision.value_schema["properties"]
+    pattern = re.compile(decision.value_schema["properties"]["diagnosis"]["pattern"])
+    later = policy.requests[3 + MAX_TRIALS + 2]  # the next step's first trial
+    turn = later.messages[-1]["content"]
+    assert "Already tried, the tests still failed: " in turn
+    assert all(f"`{w}`" in turn for w in wrong)  # the failed trials' fixes are shown as tried
+    for request in (decision, later):
+        pattern = re.compile(request.value_schema["properties"]["diagnosis"]["pattern"])
+        if '"' not in fix["old"]:
+            assert not any(pattern.match(diagnosis(fix["old"], w)) for w in wrong if len(w) <= 48)
+        assert pattern.match(right)
+    assert fix["new"].strip() in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
+    assert list(scratch_parent.iterdir()) == []
+
+
+def test_without_the_capability_no_trial_runs_and_the_step_is_asked_as_before(tmp_path, scratch_parent):
+    pack, fix, name, function = pack_and_fix(tmp_path)
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    outputs = start(pack) + [
+        json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], fix["new"]),
+                    "source": function.replace(fix["old"], fix["new"])}),
+        test_run, json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path, proposes_arguments=False)
+    policy.assert_complete()
+    assert outcome.result.metrics.task_success is True
+    assert not [e for e in outcome.events if e["type"] == "fix.trial"]
+
+
+def test_a_diagnosis_is_applied_exactly_at_the_named_lines_indentation():
+    trial = FixTrial("m.py", "f", "def f(n):\n    if n > 1:\n        return n - 1\n    return 0")
+    assert trial.fixed_source("The wrong line is `return n - 1`; it must be `return n`") == (
+        "def f(n):\n    if n > 1:\n        return n\n    return 0")
+    assert trial.fixed_source("The wrong line is `if n > 1:`; it must be `if n >= 1:`").splitlines()[1] == "    if n >= 1:"
+    assert trial.fixed_source("The wrong line is `return 7`; it must be `return 8`") is None  # no such line
+    assert trial.fixed_source("the bug is somewhere") is None
+    assert parse_diagnosis("The wrong line is `a`; it must be ` `") is None  # an empty fix is none
