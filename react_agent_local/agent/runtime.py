@@ -276,12 +276,16 @@ class Run:
 
     def _prompt_state(self, branch: Branch) -> PromptState:
         guide = self.evidence.guide if branch.kind != "action" else None
+        # A failed Decision hidden from a step asked again stays hidden from every later step: the
+        # history only grows, so the model's KV cache keeps it (shown again to the next test run, a
+        # fix-the-test run re-evaluated its history from the first rewrite at every step, 30-80 s).
+        self._history[:] = without_failed_turns(self._history, branch)
         checks = [(c.label, c.left, c.op, c.right, c.holds) for c in self.evidence.checks]
         return PromptState(
             goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
             budget_left=self._remaining(), tool_hints=self.pack.task.hints,
             final_hints=list(guide.hints) if guide else [], check_lines=guide_check_lines(guide, checks) if guide else [],
-            history=without_failed_turns(self._history, branch), shown_observations=self._shown[0],
+            history=list(self._history), shown_observations=self._shown[0],
             shown_feedback=self._shown[1])
 
     def _remember_turn(self, model_text: str) -> None:

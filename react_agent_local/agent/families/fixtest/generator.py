@@ -53,9 +53,11 @@ SUMMARIES = {
 ANSWER_FORM = "I fixed {name} and the tests pass."
 #: What a fix-the-test task needs (the defaults fit a lookup and a sum): two reads and a first test
 #: run, then each attempt a rewrite and a test run -- six attempts and the Final -- at about 4k
-#: prompt tokens a step and a minute an attempt on two cores. A caller's own budgets win.
-BUDGETS = {"max_steps": 20, "max_tool_calls": 16, "max_seconds": 600, "max_input_tokens": 96_000,
-           "max_output_tokens": 6_000}
+#: prompt tokens a step and a minute an attempt on two cores; each rewrite's diagnosis is tried up
+#: to three times first (``fix_trials.py``: the same prompt again, so up to four calls of it a
+#: step). A caller's own budgets win.
+BUDGETS = {"max_steps": 20, "max_tool_calls": 16, "max_seconds": 600, "max_input_tokens": 200_000,
+           "max_output_tokens": 10_000}
 PROTECTED_STOP_REASONS = ["cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
                           "invalid_decision"]
 
