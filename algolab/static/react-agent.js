@@ -1119,6 +1119,9 @@
         return row(e.decision === 'run' ? 'obs' : 'bad', 'bash 风险评级', el('code', { text: String(e.command || '') }), ' ',
           el('span', { text: levelText(e.level) + ' · ' + (e.reason || '') + ' → ' + (DECISION_TEXT[e.decision] || e.decision) +
             '（' + (BY_TEXT[e.by] || e.by || '') + '）' }));
+      case 'fix.trial':
+        return row(e.passed ? 'obs' : 'bad', '修复试跑', el('span', { text: '第 ' + e.trial + ' 次：在工作区副本上按诊断改 ' +
+          String(e.function || '') + ' 并运行测试 → ' + (e.passed ? '测试通过' : '未通过（' + (e.summary || '') + '）') }));
       case 'final.validated':
         return row(e.accepted ? 'obs' : 'bad', 'final.validated', el('span', { text: (e.accepted ? '✓ ' : '✗ ') + (e.message || '') }));
       case 'guard.loop_detected': case 'guard.no_progress':

@@ -14,6 +14,7 @@ import pytest
 
 from agent.backends.scripted import ScriptedPolicy
 from agent.contracts import Budgets
+from agent.event_lines import format_event
 from agent.families.fixtest.generator import generate_packs
 from agent.fix_trials import MAX_TRIALS
 from agent.packs import TaskPack
@@ -73,6 +74,8 @@ def test_a_failed_fix_is_tried_and_excluded_and_a_passing_one_is_the_decision_wi
     assert [(t["trial"], t["passed"]) for t in trials] == [(1, False), (2, True)]
     assert trials[0]["exit_code"] not in (0, None) and trials[0]["summary"]
     assert trials[0]["function"] == name and trials[0]["path"] == fix["path"]
+    assert format_event(trials[1]).endswith(f"fix trial 2 of {name} on a scratch copy: the tests passed, "
+                                            f"{trials[1]['duration_ms'] / 1000:.2f}s")
     first, second, decision = policy.requests[3], policy.requests[4], policy.requests[5]
     for probe in (first, second):  # a probe asks for the arguments alone
         assert "source" not in probe.value_schema["properties"]
