@@ -105,6 +105,10 @@ def test_a_diagnosis_grammar_compiles_for_long_lines_and_long_failed_fixes():
             said = f"The wrong line is `{long_line}`; it must be `total = {{}}`"
             assert not re.fullmatch(diagnosis["pattern"], said.format(0))
             assert re.fullmatch(diagnosis["pattern"], said.format(1))
+    # a typographic quote ends no fix: the sampled 1.5B closed fixes with one and went on in prose
+    assert not re.fullmatch(diagnosis_schema(biggest)["pattern"],
+                            "The wrong line is `if value < best:`; it must be `if value > best\u201d`")
+    assert re.fullmatch(diagnosis_schema(biggest)["pattern"], "The wrong line is `if value < best:`; it must be `if value > best:`")
     assert (guidance.failures, guidance.relaxed) == (0, 0)  # each compiled as written, patterns and all
 
 
