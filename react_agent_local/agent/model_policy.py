@@ -389,14 +389,13 @@ class ContinuationPolicy:
         raise NotImplementedError
 
     def propose(self, request: DecisionRequest) -> Candidate:
-        if request.arguments_only:  # asked as the code turn's arguments are, so the prompt is the same
-            gen = self.generate(request.continuation(code_blocks=True, code_turns=True))
-            return _joined([gen], gen.text)
+        # the arguments alone (a fix trial's probe), or the code is settled already (a tried fix): the
+        # other arguments are asked as a code turn's are, so the prompt is the same, and no code is sampled
         fixed = _const(request.prompt().value_schema, request.branch.code_field)
-        if fixed is not None:  # the code is settled already (a tried fix): only the other arguments are asked
+        if request.arguments_only or fixed is not None:
             gen = self.generate(request.continuation(code_blocks=True, code_turns=True))
-            text = with_code(gen.text, request.branch.code_field, fixed) if gen.finish_reason == "stop" else None
-            return _joined([gen], text or gen.text)
+            settled = fixed is not None and not request.arguments_only and gen.finish_reason == "stop"
+            return _joined([gen], (with_code(gen.text, request.branch.code_field, fixed) if settled else None) or gen.text)
         field = request.code_turn_field(self.code_blocks and self.code_turns)
         continuation = request.continuation(code_blocks=self.code_blocks, code_turns=field is not None)
         gens = [self.generate(continuation)]

@@ -120,7 +120,6 @@ def test_fixes_that_all_fail_their_trials_are_excluded_and_shown_as_tried_for_th
     assert outcome.result.observations[4].result["exit_code"] != 0
     decision = policy.requests[3 + MAX_TRIALS]  # asked as before: the source is the model's
     assert "source" in decision.value_schema["properties"]
-    pattern = re.compile(decision.value_schema["properties"]["diagnosis"]["pattern"])
     later = policy.requests[3 + MAX_TRIALS + 2]  # the next step's first trial
     turn = later.messages[-1]["content"]
     assert "Already tried, the tests still failed: " in turn
