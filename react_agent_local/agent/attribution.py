@@ -267,19 +267,56 @@ def misattributed(answer: str, checked: Iterable[Number], cited: list[Site], con
     return out
 
 
+# A name the goal sets in quotes: 'Leeds population', "Leeds population", ‘…’, “…”, 「…」 (an apostrophe
+# inside a word, "What's", opens none).
+_QUOTED = re.compile(r"(?<!\w)(?:'([^'\n]{2,60})'|\"([^\"\n]{2,60})\"|‘([^’\n]{2,60})’|“([^”\n]{2,60})”|「([^」\n]{2,60})」)(?!\w)")
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def quoted_names(goal: str, labels: Iterable[str]) -> list[str]:
+    """The names the goal quotes that are shaped like the evidence's fact names (``labels``): two label
+    words or more, at least half of them in one label ('Porto population' beside 'Porto metro
+    population'). A quote of a form or a word ('N people', 'yes') names no fact."""
+    vocabularies = [label_words(label) for label in labels]
+    names: dict[str, str] = {}
+    for match in _QUOTED.finditer(goal):
+        quote = " ".join(next(g for g in match.groups() if g).split())
+        words = label_words(quote)
+        if len(words) >= 2 and any(2 * len(words & v) >= len(words) for v in vocabularies):
+            names.setdefault(_fold(quote), quote)
+    return list(names.values())
+
+
 def off_question(checked: Iterable[Number], cited: list[Site], context: list[Site], goal: str,
-                 exempt: list[float]) -> list[str]:
-    """The labels of the facts the goal names word for word (``'Leeds population'``) when the answer
-    states the values of other named facts and of none of those: it answers another question (a
-    session's recalls answered the question of the turn before)."""
-    folded = goal.casefold()
-    asked = [s for s in context if s.named and any(len(l) >= 4 and l.casefold() in folded for l in s.labels)]
-    if not asked:
+                 declared: list[float], goal_numbers: list[float]) -> list[str]:
+    """The names of the facts the goal asks for when the answer states only the values of other named
+    facts: it answers another question (a session's turn that answered the turn before's question, a
+    near-namesake, 'Turku population' for 'Turku population (thousands)').
+
+    A goal that quotes fact names asks for exactly those: the answer must state a value whose site has
+    one of them as a label, unless it states a number no named fact holds (a computed value, a check's
+    or a bound slot's: ``declared``), which is the answer's own. A goal that quotes none asks for the
+    looked-up facts whose labels it writes word for word (``'Leeds population'`` in "What is the Leeds
+    population?"). A number only the goal grounds (``goal_numbers``: a year, a floor) states no fact."""
+    named = [s for s in context if s.named]
+    quoted = quoted_names(goal, {label for s in named for label in s.labels})
+    stated = [n for n in checked if not grounded(n, goal_numbers)]
+    holders = [[s for s in cited if s.labels and grounded(n, s.readings())] for n in stated]
+    if not stated or not any(s.named for h in holders for s in h):
         return []
-    holders_of = [s for s in cited if s.named]
-    stated = [n for n in checked if not grounded(n, exempt)]
-    facts = [s for n in stated for s in holders_of if grounded(n, s.readings())]
-    if not facts or any(grounded(n, s.readings()) for n in stated for s in asked):
+    if quoted:
+        if any(grounded(n, declared) or not h for n, h in zip(stated, holders)):
+            return []  # a number the answer computed or a check declared: its own, whatever it names
+        if any(_fold(label) in {_fold(q) for q in quoted} for h in holders for s in h for label in s.labels):
+            return []
+        return quoted
+    folded = goal.casefold()
+    asked = [s for s in named if any(len(l) >= 4 and l.casefold() in folded for l in s.labels)]
+    stated = [n for n in stated if not grounded(n, declared)]
+    if not asked or any(grounded(n, s.readings()) for n in stated for s in asked) \
+            or not any(s.named and grounded(n, s.readings()) for n in stated for s in cited):
         return []
     return list(dict.fromkeys(next(l for l in s.labels if len(l) >= 4 and l.casefold() in folded) for s in asked))
-

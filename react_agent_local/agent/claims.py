@@ -31,8 +31,9 @@ any script) and checked, using only the cited successful Observations (and the g
 * **attribution** -- a number a cited Observation holds as a named fact's (``attribution.py``) is not
   stated next to the name of another fact the run has seen ("Graz population is 2301910" where
   2301910 is the Leeds lookup's). A number a site labels with a scale (``(thousands)``) may be stated
-  with it ("1167.4 thousand"). Where the goal names a fact word for word, an answer stating only other
-  facts' values answers another question (``attribution.off_question``).
+  with it ("1167.4 thousand"). Where the goal quotes a fact's name ('Porto population'), or writes a
+  looked-up fact's name word for word, an answer stating only other facts' values answers another
+  question (``attribution.off_question``): a near-namesake ('Porto metro population') is another fact.
 
 An operand of a check is a number or an expression of the check language (``check_language.py``)
 over the evidence: ``TOOL.path`` names a field of the latest successful Observation of TOOL
@@ -312,7 +313,7 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
             founded.append(number)
     problems += [Problem("attribution", m.text()) for m in
                  misattributed(answer, founded, cited_sites, seen_sites, declared + goal_numbers, goal)]
-    asked = off_question(founded, cited_sites, seen_sites, goal, declared + goal_numbers)
+    asked = off_question(founded, cited_sites, seen_sites, goal, declared, goal_numbers)
     if asked:
         problems.append(Problem("attribution", f"the question asks for {', '.join(repr(a) for a in asked[:3])}; "
                                 "the answer states the value of another fact"))
