@@ -7,16 +7,19 @@ model on two cores a code turn and two more steps, and a wrong diagnosis costs a
 1.5B used its whole tool budget on four fix-the-test packs proposing wrong one-line fixes, one at a
 time.
 
-So the runtime tries the diagnosis first (``Run._try_fixes``): the model proposes the arguments
-but the code (``DecisionRequest.arguments_only``), and the runtime applies the fix exactly as
-written to the function as the task gave it (``FixTrial.fixed_source``), in a scratch copy of the
-workspace (``Scratch``: the real sandbox, the task's test command, nothing of the run's workspace
-touched). A fix the tests pass on becomes the step's Decision -- the diagnosis and that source, as
-``const`` arguments, so no code is sampled -- which the real workspace then runs through the usual
-tools and evidence gate. A failing fix is excluded from the diagnosis and the next one is sampled,
-up to ``MAX_TRIALS`` a step; when none passes, the step goes on as before, without the failed
-fixes. Each trial is a ``fix.trial`` event: its number, whether the tests passed, the exit code, the
-time and the failure's one line (tool output, as an Observation shows it).
+So the runtime tries the diagnosis first (``Run._try_fixes``): the model proposes the arguments but
+the code (``DecisionRequest.arguments_only``), and the runtime applies the fix exactly as written to
+the function as the task gave it (``FixTrial.fixed_source``), in a scratch copy of the workspace
+(``Scratch``: the real sandbox, the task's test command, nothing of the run's workspace touched). A
+fix the tests pass on becomes the step's Decision -- the diagnosis and that source, as ``const``
+arguments, so no code is sampled -- which the real workspace then runs through the usual tools and
+evidence gate. A failing fix is excluded from the diagnosis and the next one is asked for, up to
+``MAX_TRIALS`` a step: first one for each other line of the function, named for the model (at
+01cd10e, where every trial was the model's own choice, none of 79 trials after a failed one passed),
+then the model's own choice again, drawn more widely. When none passes, the step goes on as before,
+without the failed fixes. Each trial is a ``fix.trial`` event: its number, the line and the fix
+(``named``: the line was the runtime's to name), whether the tests passed, the exit code, the time
+and the failure's one line (tool output, as an Observation shows it).
 
 Trials run only the task's own test command, only where the approval policy runs it without a
 question, and only for a workspace ``workspace.copy_template`` can copy (folders and regular files
@@ -37,8 +40,12 @@ from .decisions import DecisionError
 from .tools import ToolContext, ToolError
 from .workspace_evidence import failure_summary, parse_diagnosis, passed
 
-#: diagnoses tried per step before the step is asked as before
-MAX_TRIALS = 3
+#: the most diagnoses tried per step before the step is asked as before: the model's first, one for
+#: each other line of a short function (the generated packs' have one to five), then wider draws
+MAX_TRIALS = 8
+#: wider draws of the model's own choice after the named lines (at 01cd10e none of 79 draws after a
+#: failed trial passed; six of them a step cost a one-line function's run the code turns it passed by)
+WIDER_TRIALS = 2
 #: the longest one trial's test run may take (never past the run's deadline)
 TRIAL_TIMEOUT_SECONDS = 60.0
 
@@ -126,27 +133,42 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
            emit: Callable[..., Any], *, deadline: float | None, cancel: Any) -> tuple[Any, list[str]]:
     """The step's branch after its diagnoses were tried, and the fixes that failed.
 
-    ``propose(probe, wider)`` asks the policy for the arguments alone (sampled more widely after the
-    first); ``read(probe, candidate)`` is the candidate's Decision (a ``DecisionError`` ends the
-    trials). A passing fix settles the branch: its diagnosis and the fixed source become ``const``."""
+    The first diagnosis is the model's own choice of line; after it fails, each other line of the
+    function is named in turn and the model asked for its fix (``sweep``), then the model's choice
+    again, sampled more widely. ``propose(probe, wider)`` asks the policy for the arguments alone;
+    ``read(probe, candidate)`` is the candidate's Decision (a ``DecisionError`` ends the trials). A
+    passing fix settles the branch: its diagnosis and the fixed source become ``const``."""
     trial = branch.trial
     failed: list[str] = []
+    sweep: list[str] | None = None  # the lines still to be named, once the first diagnosis failed
+    wider = WIDER_TRIALS
     for n in range(1, MAX_TRIALS + 1):
-        probe = _with(branch, diagnosis=trial.schema(failed))
+        only = sweep.pop(0) if sweep else None
+        if n > 1 and only is None:
+            if not wider:
+                break
+            wider -= 1
+        probe = _with(branch, diagnosis=trial.schema(failed, only=only))
         try:
-            decision = read(probe, propose(probe, n > 1))
+            decision = read(probe, propose(probe, n > 1 and only is None))
         except DecisionError:
             break
         diagnosis = str((decision.arguments or {}).get("diagnosis") or "")
         source = trial.fixed_source(diagnosis)
         if source is None:
+            if only is not None:
+                continue
             break
+        wrong, fix = parse_diagnosis(diagnosis)
         outcome = scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
-        emit("fix.trial", trial=n, path=trial.path, function=trial.name, **outcome.public())
+        emit("fix.trial", trial=n, path=trial.path, function=trial.name, line=wrong, fix=fix,
+             named=only is not None, **outcome.public())
         if outcome.passed:
             return replace(_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
                            trial=None), failed
-        failed.append(parse_diagnosis(diagnosis)[1])
+        failed.append(fix)
+        if sweep is None:
+            sweep = [line for line in trial.lines() if line != wrong]
     if not failed:
         return replace(branch, trial=None), failed
     return replace(_with(branch, diagnosis=trial.schema(failed)), trial=None), failed

@@ -85,9 +85,15 @@ class FixTrial:
     tried: tuple[str, ...] = ()
     cleared: tuple[str, ...] = ()
 
-    def schema(self, failed: Iterable[str] = ()) -> dict[str, Any]:
-        """The diagnosis schema with the ``failed`` fixes excluded too."""
-        return diagnosis_schema(self.original, [*self.tried, *failed], list(self.cleared))
+    def schema(self, failed: Iterable[str] = (), only: str | None = None) -> dict[str, Any]:
+        """The diagnosis schema with the ``failed`` fixes excluded too; with ``only``, one that
+        names that line of the function as the wrong one and no other."""
+        cleared = list(self.cleared) if only is None else [line for line in blamable_lines(self.original) if line != only]
+        return diagnosis_schema(self.original, [*self.tried, *failed], cleared)
+
+    def lines(self) -> list[str]:
+        """The lines a diagnosis may name as the wrong one, those not cleared already."""
+        return [line for line in blamable_lines(self.original) if line not in self.cleared]
 
     def fixed_source(self, diagnosis: str) -> str | None:
         """The function with the diagnosis applied: the first line that is the named wrong line
@@ -414,6 +420,16 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
         cleared = [line for line in dict.fromkeys(blamed) if blamed.count(line) >= BLAME_LIMIT]
         if not set(blamable_lines(original)) - set(cleared):
             cleared = []  # no other line to name
+        if len(chosen) == 1 and len(mine) >= RESPEC_AFTER and not is_stub(original) and (stub := stub_of(original)):
+            # rewritten again and again and still failing: asked for anew, from its signature and
+            # docstring, as a function still to be written is (a coding model writes a function from
+            # its docstring better than it finds a bug: the 1.5B named a wrong line and fixed a right
+            # one wrongly for ten minutes on a pager's `start = number * per_page`)
+            originals.append(stub)
+            tried.append(([], []))
+            shown.append(f"{name} in {path}: your {len(mine)} rewrites of it failed. Forget its old body; "
+                         f"its signature and docstring, the spec to write it against:\n{stub}")
+            continue
         originals.append(original)
         tried.append((tries, cleared))
         if mine or trials:
@@ -458,6 +474,20 @@ _BLAMED = re.compile(r"^The wrong line is `(.*?)`; it must be `")
 #: one (the 1.5B blamed a ``return`` line four times, fixing it four ways, where the ``if`` above it
 #: was the bug, until the tool budget ran out)
 BLAME_LIMIT = 2
+#: failed rewrites of one function after which it is asked for anew from its docstring (``function_step``)
+RESPEC_AFTER = 3
+
+
+def stub_of(source: str) -> str | None:
+    """The function's def line and docstring with ``...`` for its body (dedented); None where they
+    cannot be told apart (``_head_lines``) or it has no docstring."""
+    head = _head_lines(source)
+    if len(head) < 2:
+        return None
+    lines = textwrap.dedent(source).splitlines()
+    body = lines[len(head)] if len(lines) > len(head) else ""
+    indent = body[:len(body) - len(body.lstrip())] or "    "
+    return "\n".join([*head, indent + "..."])
 
 
 def _stubs(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
@@ -490,18 +520,22 @@ def is_stub(source: str) -> bool:
 def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()) -> dict[str, Any]:
     """The diagnosis in a fixed form: which of the function's own lines is wrong (one of them, as
     the file has it, and not one ``cleared`` -- fixed ``BLAME_LIMIT`` ways already, each failing --
-    while another is left) and what it must be instead -- neither that line unchanged nor a fix
-    already ``tried`` -- before the source is written (the 1.5B, asked for the source straight away
+    while another is left) and what it must be instead -- neither that line unchanged, nor a copy of
+    another of its lines, nor a fix already ``tried`` -- before the source is written (the 1.5B, asked for the source straight away
     or for a free diagnosis, named the wrong line but copied it unchanged)."""
     choices = [line for line in blamable_lines(source) if line not in cleared] or blamable_lines(source)
     if not choices:
         return DIAGNOSIS_SCHEMA
     options = []
+    lines = blamable_lines(source)
     for line in choices:
         # the fix ends at its closing backtick (unbounded, the 1.5B wrote on in prose past it)
         # a fix already tried is excluded with its trivial variants too (the 1.5B wrote a failed fix
-        # again with a ';' added or its ':' left out, then the same failed function)
-        known = [variant for text in (line, *tried) for variant in _variants(text)]
+        # again with a ';' added or its ':' left out, then the same failed function); so is a copy
+        # of another line of the function, which leaves one of the two dead (the 0.5B's clamp "fix"
+        # `if number < maximum:` -> `if number < low:` passed tests that never went past the maximum)
+        others = [other for other in lines if other != line]
+        known = [variant for text in (line, *tried, *others) for variant in _variants(text)]
         failed = [variant for text in tried for variant in _variants(text)]
         new = differs_from(list(dict.fromkeys(known)), MAX_DIAGNOSIS_FIX, exclude="`\n" + PROSE_QUOTES, closed=failed)[1:-1]
         options.append(f"{_literal(line)}`; it must be `{new}")

@@ -16,7 +16,7 @@ from agent.backends.scripted import ScriptedPolicy
 from agent.contracts import Budgets
 from agent.event_lines import format_event
 from agent.families.fixtest.generator import generate_packs
-from agent.fix_trials import MAX_TRIALS
+from agent.fix_trials import WIDER_TRIALS
 from agent.packs import TaskPack
 from agent.runtime import run_agent
 from agent.workspace_evidence import FixTrial, parse_diagnosis
@@ -98,7 +98,8 @@ def test_a_failed_fix_is_tried_and_excluded_and_a_passing_one_is_the_decision_wi
 def test_fixes_that_all_fail_their_trials_are_excluded_and_shown_as_tried_for_the_rest_of_the_run(tmp_path, scratch_parent):
     pack, fix, name, function = pack_and_fix(tmp_path)
     test_run = json.dumps({"command": pack.task.workspace.test_command})
-    wrong = [fix["old"].strip() + f"  # no-op {n}" for n in range(MAX_TRIALS)]
+    trials_a_step = 1 + WIDER_TRIALS  # the pack's function has one line: nothing to name but the model's own
+    wrong = [fix["old"].strip() + f"  # no-op {n}" for n in range(trials_a_step)]
     outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], w)})
                              for w in wrong]
     # none passed: the step is asked as before (the model writes the source), and that rewrite fails too
@@ -114,13 +115,13 @@ def test_fixes_that_all_fail_their_trials_are_excluded_and_shown_as_tried_for_th
     policy.assert_complete()
     assert outcome.result.stop_reason == "tool_budget"
     trials = [e for e in outcome.events if e["type"] == "fix.trial"]
-    assert [t["passed"] for t in trials] == [False] * MAX_TRIALS + [True]
+    assert [t["passed"] for t in trials] == [False] * trials_a_step + [True]
     assert [(o.tool, o.ok) for o in outcome.result.observations][3:] == [
         ("replace_function", True), ("bash", True), ("replace_function", True)]
     assert outcome.result.observations[4].result["exit_code"] != 0
-    decision = policy.requests[3 + MAX_TRIALS]  # asked as before: the source is the model's
+    decision = policy.requests[3 + trials_a_step]  # asked as before: the source is the model's
     assert "source" in decision.value_schema["properties"]
-    later = policy.requests[3 + MAX_TRIALS + 2]  # the next step's first trial
+    later = policy.requests[3 + trials_a_step + 2]  # the next step's first trial
     turn = later.messages[-1]["content"]
     assert "Already tried, the tests still failed: " in turn
     assert all(f"`{w}`" in turn for w in wrong)  # the failed trials' fixes are shown as tried
@@ -154,3 +155,43 @@ def test_a_diagnosis_is_applied_exactly_at_the_named_lines_indentation():
     assert trial.fixed_source("The wrong line is `return 7`; it must be `return 8`") is None  # no such line
     assert trial.fixed_source("the bug is somewhere") is None
     assert parse_diagnosis("The wrong line is `a`; it must be ` `") is None  # an empty fix is none
+
+
+def test_after_the_models_own_line_fails_each_other_line_is_named_for_it_in_turn(tmp_path, scratch_parent):
+    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=6)[0])  # a clamp: its third line is wrong
+    expected = pack.load_expected()
+    fix, name = expected["reference_fix"], expected["function"]
+    original = (pack.root / "workspace" / fix["path"]).read_text()
+    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
+    lines = FixTrial(fix["path"], name, function).lines()
+    wrong = fix["old"].strip()
+    others = [line for line in lines if line != wrong]
+    assert len(others) >= 2  # the pack's function has lines enough to sweep
+    blamed = others[-1]  # the model's own first choice: a line that is not the wrong one
+    sweep = [line for line in lines if line != blamed]
+    outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name,
+                                         "diagnosis": diagnosis(blamed, blamed + "  # no-op")})]
+    for line in sweep:
+        fixed = fix["new"] if line == wrong else line + "  # no-op"
+        outputs.append(json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(line, fixed)}))
+        if line == wrong:
+            break
+    right = diagnosis(fix["old"], fix["new"])
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": right}), test_run,
+                json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path)
+    policy.assert_complete()
+    assert outcome.result.metrics.task_success is True
+    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    position = sweep.index(wrong)
+    assert position >= 1  # a line named for the model failed before the wrong one was named
+    assert [t["passed"] for t in trials] == [False] * (position + 1) + [True]
+    probes = policy.requests[4:4 + len(trials) - 1]  # the sweep's probes, after the model's own
+    for line, probe in zip(sweep, probes):
+        pattern = re.compile(probe.value_schema["properties"]["diagnosis"]["pattern"])
+        assert pattern.match(diagnosis(line, line + " + 1"))  # the named line, with a fix of the model's
+        assert not any(pattern.match(diagnosis(other, other + " + 1")) for other in lines if other != line)
+        assert probe.temperature == policy.requests[3].temperature  # asked as the first was, not drawn wider
+    assert fix["new"].strip() in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
+    assert list(scratch_parent.iterdir()) == []

@@ -634,6 +634,12 @@ def test_a_line_fixed_two_ways_that_both_failed_is_no_longer_offered_as_the_wron
 
     assert not allowed(blamed, "return round(amount * 0.8, 2)")
     assert allowed("if amount > 200:", "if amount >= 200:") and allowed("return amount", "return amount * 1")
+    # nor a copy of another of its lines, which would leave one of the two dead
+    clamp = "def limit(n, low, high):\n    if n < low:\n        return low\n    if n < high:\n        return high\n    return n\n"
+    copies = diagnosis_schema(clamp)["pattern"]
+    assert not re.fullmatch(copies, "The wrong line is `if n < high:`; it must be `if n < low:`")
+    assert not re.fullmatch(copies, "The wrong line is `return high`; it must be `return n`")
+    assert re.fullmatch(copies, "The wrong line is `if n < high:`; it must be `if n > high:`")
     only = "def f(x):\n    return x\n"  # the one line left stays offered
     assert re.fullmatch(diagnosis_schema(only, [], ["return x"])["pattern"], "The wrong line is `return x`; it must be `return 2 * x`")
 
@@ -699,6 +705,45 @@ def test_the_fix_a_rewrite_wrote_is_excluded_whatever_its_diagnosis_said():
     assert not re.fullmatch(pattern, said.format("if n <= m:")) and not re.fullmatch(pattern, said.format("if n <= m"))
     assert re.fullmatch(pattern, said.format("if n > m:"))
     assert "Already tried, the tests still failed: " in step.target and "`if n <= m:`" in step.target
+
+
+def test_a_function_rewritten_and_failing_again_and_again_is_asked_for_anew_from_its_docstring():
+    """After ``RESPEC_AFTER`` failed rewrites the step shows the function as a stub -- its def line
+    and docstring, the spec -- and asks for it as a function still to be written: no diagnosis, no
+    fix trial, a body that starts with no stub statement."""
+    from agent.contracts import Observation
+    from agent.tools.workspace_ops import numbered
+    from agent.workspace_evidence import RESPEC_AFTER, function_step, stub_of
+
+    original = ("def get_page(records, number, per_page):\n    \"\"\"Page number of records (the first page is 1).\"\"\"\n"
+                "    start = number * per_page\n    return records[start:start + per_page]")
+
+    class Files:
+        def read_text(self, path):
+            return original + "\n" if path == "toolbox/funcs.py" else None
+
+    def rewrite(k):
+        written = original.replace("number * per_page", f"number * per_page - {k}")
+        return Observation(id=f"obs-replace_function-{k}", tool="replace_function", ok=True, result={
+            "path": "toolbox/funcs.py", "name": "get_page", "before": original,
+            "snippet": numbered(written.splitlines(), 1),
+            "diagnosis": f"The wrong line is `start = number * per_page`; it must be `start = number * per_page - {k}`"})
+
+    failed = Observation(id="obs-bash-9", tool="bash", ok=True, result={
+        "command": "python -m pytest", "exit_code": 1, "stdout": "E       assert get_page([0, 1, 2], 1, 1) == [0]\n",
+        "stderr": ""})
+    stub = stub_of(original)
+    assert stub.endswith('is 1)."""\n    ...') and "start =" not in stub
+    before = function_step(["toolbox/funcs.py"], Files(), failed, [rewrite(k) for k in range(1, RESPEC_AFTER)])
+    assert before.trial is not None and "diagnosis" in dict(before.narrowed)
+    step = function_step(["toolbox/funcs.py"], Files(), failed, [rewrite(k) for k in range(1, RESPEC_AFTER + 1)])
+    narrowed = dict(step.narrowed)
+    assert step.trial is None and narrowed["diagnosis"] == {"const": None}
+    assert stub in step.target and "start = number * per_page" not in step.target
+    assert "implemented as its docstring says" in step.target and "get_page([0, 1, 2], 1, 1)" in step.target
+    source = re.compile(narrowed["source"]["pattern"])
+    assert source.match(stub.replace("...", "start = (number - 1) * per_page\n    return records[start:start + per_page]"))
+    assert not source.match(stub)  # the body is written, not left a stub
 
 
 def test_a_generated_pack_declares_the_budgets_a_fix_needs_and_the_callers_own_win(tmp_path):
