@@ -521,13 +521,14 @@ def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()
     """The diagnosis in a fixed form: which of the function's own lines is wrong (one of them, as
     the file has it, and not one ``cleared`` -- fixed ``BLAME_LIMIT`` ways already, each failing --
     while another is left) and what it must be instead -- neither that line unchanged, nor a copy of
-    another of its lines, nor a fix already ``tried`` -- before the source is written (the 1.5B, asked for the source straight away
-    or for a free diagnosis, named the wrong line but copied it unchanged)."""
-    choices = [line for line in blamable_lines(source) if line not in cleared] or blamable_lines(source)
+    another of its lines, nor a fix already ``tried`` -- before the source is written (the 1.5B,
+    asked for the source straight away or for a free diagnosis, named the wrong line but copied it
+    unchanged)."""
+    lines = blamable_lines(source)
+    choices = [line for line in lines if line not in cleared] or lines
     if not choices:
         return DIAGNOSIS_SCHEMA
     options = []
-    lines = blamable_lines(source)
     for line in choices:
         # the fix ends at its closing backtick (unbounded, the 1.5B wrote on in prose past it)
         # a fix already tried is excluded with its trivial variants too (the 1.5B wrote a failed fix
