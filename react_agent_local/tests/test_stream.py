@@ -417,11 +417,19 @@ def test_slow_and_idle_clients_delay_no_one(tmp_path, http):
         follower_events: list[dict[str, Any]] = []
 
         def follow() -> None:
-            # generous timeouts: on a starved 2-core machine (a model run beside the suite) this
-            # follower once missed the end of the stream within 30 s; it must still see all of it
-            with httpx.Client(base_url=runner.base_url, timeout=90) as c, \
-                    c.stream("GET", f"/agent/runs/{run_id}/events") as r:
-                follower_events.extend(stream_events(parse_sse(r.iter_lines())))
+            # An EventSource: a stream ends at its lifetime (2 s here), and a run slowed by a starved
+            # 2-core machine outlives it, so the follower resumes with Last-Event-ID until the
+            # server answers 204 (the run finished before that id) or it has seen run.finished.
+            with httpx.Client(base_url=runner.base_url, timeout=90) as c:
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline:
+                    last = {"last-event-id": str(follower_events[-1]["seq"])} if follower_events else {}
+                    with c.stream("GET", f"/agent/runs/{run_id}/events", headers=last) as r:
+                        if r.status_code == 204:
+                            return
+                        follower_events.extend(stream_events(parse_sse(r.iter_lines())))
+                    if follower_events and follower_events[-1]["type"] == "run.finished":
+                        return
 
         follower = threading.Thread(target=follow, daemon=True)
         follower.start()
