@@ -59,6 +59,8 @@ def format_event(e: dict[str, Any]) -> str | None:
     if t == "workspace.ready":
         return (f"workspace: {e['files']} files, sandbox {e['sandbox']}"
                 + (f", tests {e['test_command']}" if e.get("test_command") else ""))
+    if t == "fix.trial" and e.get("refused"):
+        return head + f"fix trial {e['trial']} of {e['function']} refused, {_short(e['summary'], 100)}"
     if t == "fix.trial":
         outcome = "the tests passed" if e["passed"] else f"failed ({_short(e['summary'], 100)})"
         return head + f"fix trial {e['trial']} of {e['function']} on a scratch copy: {outcome}, {e['duration_ms'] / 1000:.2f}s"

@@ -21,6 +21,13 @@ without the failed fixes. Each trial is a ``fix.trial`` event: its number, the l
 (``named``: the line was the runtime's to name), whether the tests passed, the exit code, the time
 and the failure's one line (tool output, as an Observation shows it).
 
+A fix that cannot change what the function does where it matters -- a conditional whose two
+branches are the same, a comparison of a thing with itself, ``x or x``, ``x = x``, a condition
+that is a constant (``degenerate``) -- is not tried: it counts as a failed trial (``refused``) and
+is excluded like one. At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
+number if number < maximum else number``; the pack's few visible tests passed on it, and the runtime
+accepted a function that no longer clamps.
+
 Trials run only the task's own test command, only where the approval policy runs it without a
 question, and only for a workspace ``workspace.copy_template`` can copy (folders and regular files
 within its size caps): otherwise the step is asked as before.
@@ -28,6 +35,7 @@ within its size caps): otherwise the step is asked as before.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import tempfile
 import time
@@ -125,6 +133,52 @@ class Scratch:
                             "" if ok else failure_summary(run))
 
 
+def degenerate(fix: str) -> str | None:
+    """Why the one-line ``fix`` does nothing a fix could mean, or None: a conditional expression or
+    ``if``/``else`` whose branches are the same, a comparison of an expression with itself, a
+    boolean operator over the same operand twice, an assignment of a name to itself, or an ``if``,
+    ``elif`` or ``while`` on a constant. A line that does not parse alone (an ``if x:`` header, a
+    ``return`` outside a function) is read with a body or inside a function; one that still does
+    not parse is not judged here (the tests judge it). ``while True:`` is a loop, not dead code."""
+    tree = _parse_line(fix.strip())
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.IfExp) and _same(node.body, node.orelse):
+            return "both branches of its conditional are the same expression, so the condition does nothing"
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_same(a, b) for a, b in zip(operands, operands[1:])):
+                return "it compares an expression with itself, which is always the same answer"
+        if isinstance(node, ast.BoolOp):
+            operands = [ast.unparse(v) for v in node.values]
+            if len(set(operands)) < len(operands):
+                return "its `and`/`or` has the same operand twice"
+        if isinstance(node, ast.Assign) and any(_same(t, node.value) for t in node.targets):
+            return "it assigns a name to itself"
+        if isinstance(node, (ast.If, ast.While)) and isinstance(node.test, ast.Constant) \
+                and not (isinstance(node, ast.While) and node.test.value):  # `while True:` is a loop
+            return "its condition is a constant, so one branch is dead code"
+    return None
+
+
+def _same(a: ast.AST, b: ast.AST) -> bool:
+    return ast.unparse(a) == ast.unparse(b)  # source, not dump: a Store and a Load of x are the same x
+
+
+def _parse_line(line: str) -> ast.AST | None:
+    """The line as a module: alone, then with a body (a block header), then in a function (a
+    ``return``, ``yield``); an ``elif``/``else`` header is read as an ``if``."""
+    if line.startswith("elif "):
+        line = line[2:]
+    for text in (line, line + "\n    pass", "def _f():\n    " + line, "def _f():\n    " + line + "\n        pass"):
+        try:
+            return ast.parse(text)
+        except SyntaxError:
+            continue
+    return None
+
+
 def _text(data: Any) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
 
@@ -160,9 +214,11 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
                 continue
             break
         wrong, fix = parse_diagnosis(diagnosis)
-        outcome = scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
+        refusal = degenerate(fix)
+        outcome = TrialOutcome(False, None, 0.0, "not tried: " + refusal) if refusal else \
+            scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
         emit("fix.trial", trial=n, path=trial.path, function=trial.name, line=wrong, fix=fix,
-             named=only is not None, **outcome.public())
+             named=only is not None, refused=refusal is not None, **outcome.public())
         if outcome.passed:
             return replace(_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
                            trial=None), failed

@@ -16,7 +16,7 @@ from agent.backends.scripted import ScriptedPolicy
 from agent.contracts import Budgets
 from agent.event_lines import format_event
 from agent.families.fixtest.generator import generate_packs
-from agent.fix_trials import WIDER_TRIALS
+from agent.fix_trials import WIDER_TRIALS, degenerate
 from agent.packs import TaskPack
 from agent.runtime import run_agent
 from agent.workspace_evidence import FixTrial, parse_diagnosis
@@ -195,3 +195,59 @@ def test_after_the_models_own_line_fails_each_other_line_is_named_for_it_in_turn
         assert probe.temperature == policy.requests[3].temperature  # asked as the first was, not drawn wider
     assert fix["new"].strip() in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
     assert list(scratch_parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("fix, why", [
+    ("return number if number < maximum else number", "both branches"),
+    ("return x or x", "same operand twice"),
+    ("if (a and b) or (a and b):", "same operand twice"),
+    ("elif value == value:", "compares an expression with itself"),
+    ("if low < value < value:", "compares an expression with itself"),
+    ("total = total", "assigns a name to itself"),
+    ("if True:", "constant"),
+    ("while 0:", "constant"),
+])
+def test_a_fix_that_does_nothing_a_fix_could_mean_is_named_degenerate(fix, why):
+    assert why in (degenerate(fix) or "")
+
+
+@pytest.mark.parametrize("fix", ["return number if number < maximum else maximum", "if value > high:",
+                                 "while True:", "total = total + value", "return a or b", "else:",
+                                 "return sorted(values)[-1]", "for i in range(n", "x == y"])
+def test_a_fix_that_changes_something_is_not_named_degenerate(fix):
+    assert degenerate(fix) is None
+
+
+def test_a_degenerate_fix_is_refused_without_a_test_run_and_the_sweep_goes_on(tmp_path, scratch_parent):
+    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=6)[0])  # a clamp: its third line is wrong
+    expected = pack.load_expected()
+    fix, name = expected["reference_fix"], expected["function"]
+    original = (pack.root / "workspace" / fix["path"]).read_text()
+    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
+    lines = FixTrial(fix["path"], name, function).lines()
+    wrong = fix["old"].strip()
+    value = function.split("(", 1)[1].split(",", 1)[0]
+    blamed = lines[lines.index(wrong) + 1]  # `return <high>`, the line after the wrong condition
+    assert blamed.startswith("return ")
+    # what the 1.5B wrote at ae669ba: a conditional whose two branches are the same
+    same = f"return {value} if {value} < {blamed.split()[1]} else {value}"
+    outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(blamed, same)})]
+    for line in (line for line in lines if line != blamed):
+        fixed = fix["new"] if line == wrong else line + "  # no-op"
+        outputs.append(json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(line, fixed)}))
+        if line == wrong:
+            break
+    right = diagnosis(fix["old"], fix["new"])
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": right}), test_run,
+                json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path)
+    policy.assert_complete()
+    assert outcome.result.metrics.task_success is True
+    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    first = trials[0]
+    assert first["refused"] is True and first["passed"] is False and first["exit_code"] is None
+    assert first["duration_ms"] == 0.0 and first["summary"].startswith("not tried: both branches")
+    assert f"fix trial 1 of {name} refused, not tried: both branches" in format_event(first)
+    assert not any(t["refused"] for t in trials[1:]) and trials[-1]["passed"] is True
+    assert same not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
