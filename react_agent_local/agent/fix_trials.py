@@ -21,7 +21,8 @@ without the failed fixes. Each trial is a ``fix.trial`` event: its number, the l
 (``named``: the line was the runtime's to name), whether the tests passed, the exit code, the time
 and the failure's one line (tool output, as an Observation shows it).
 
-A fix that cannot change what the function does where it matters -- a conditional whose two
+A fix that cannot change what the function does where it matters -- the wrong line again, a
+``...`` placeholder (the 0.5B wrote both, dozens of times in one eval), a conditional whose two
 branches are the same, a comparison of a thing with itself, ``x or x``, ``x = x``, a condition
 that is a constant (``degenerate``) -- is not tried: it counts as a failed trial (``refused``) and
 is excluded like one. At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
@@ -133,17 +134,23 @@ class Scratch:
                             "" if ok else failure_summary(run))
 
 
-def degenerate(fix: str) -> str | None:
-    """Why the one-line ``fix`` does nothing a fix could mean, or None: a conditional expression or
-    ``if``/``else`` whose branches are the same, a comparison of an expression with itself, a
-    boolean operator over the same operand twice, an assignment of a name to itself, or an ``if``,
-    ``elif`` or ``while`` on a constant. A line that does not parse alone (an ``if x:`` header, a
+def degenerate(fix: str, wrong: str = "") -> str | None:
+    """Why the one-line ``fix`` of the line ``wrong`` does nothing a fix could mean, or None: the
+    wrong line again (the same syntax tree, spacing aside), a ``...`` placeholder, a conditional
+    expression whose branches are the same, a comparison of an expression with itself, a boolean
+    operator over the same operand twice, an assignment of a name to itself, or an ``if``, ``elif``
+    or ``while`` on a constant. A line that does not parse alone (an ``if x:`` header, a
     ``return`` outside a function) is read with a body or inside a function; one that still does
     not parse is not judged here (the tests judge it). ``while True:`` is a loop, not dead code."""
     tree = _parse_line(fix.strip())
     if tree is None:
         return None
+    before = _parse_line(wrong.strip()) if wrong.strip() else None
+    if before is not None and ast.dump(before) == ast.dump(tree):
+        return "it is the wrong line again, so nothing would change"
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value is Ellipsis:
+            return "it holds `...`, a placeholder, not code"
         if isinstance(node, ast.IfExp) and _same(node.body, node.orelse):
             return "both branches of its conditional are the same expression, so the condition does nothing"
         if isinstance(node, ast.Compare):
@@ -214,7 +221,7 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
                 continue
             break
         wrong, fix = parse_diagnosis(diagnosis)
-        refusal = degenerate(fix)
+        refusal = degenerate(fix, wrong)
         outcome = TrialOutcome(False, None, 0.0, "not tried: " + refusal) if refusal else \
             scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
         emit("fix.trial", trial=n, path=trial.path, function=trial.name, line=wrong, fix=fix,

@@ -39,6 +39,18 @@ def pack_and_fix(tmp_path: Path) -> tuple[TaskPack, dict, str, str]:
     return pack, fix, name, function
 
 
+def unchanged(line: str, n: int = 0) -> str:
+    """A fix of ``line`` that runs and does what the line did (the tests still fail): another
+    syntax tree, so it is no copy of the line (``degenerate``), and no placeholder."""
+    line = line.strip()
+    if line.startswith(("if ", "elif ")) and line.endswith(":"):
+        head, cond = line.split(" ", 1)
+        return f"{head} ({cond[:-1]}) and {n} < {n + 1}:"
+    if line.startswith("return "):
+        return f"return [{line[7:]}, {n}][0]"
+    return f"{line}; _unused = {n}"
+
+
 def diagnosis(wrong: str, fix: str) -> str:
     return f"The wrong line is `{wrong.strip()}`; it must be `{fix.strip()}`"
 
@@ -58,7 +70,7 @@ def start(pack: TaskPack) -> list[str]:
 def test_a_failed_fix_is_tried_and_excluded_and_a_passing_one_is_the_decision_with_no_code_turn(tmp_path, scratch_parent):
     pack, fix, name, function = pack_and_fix(tmp_path)
     test_run = json.dumps({"command": pack.task.workspace.test_command})
-    wrong_fix = fix["old"].strip() + "  # no-op"  # the same code: the tests still fail
+    wrong_fix = unchanged(fix["old"])  # what the line did: the tests still fail
     right = diagnosis(fix["old"], fix["new"])
     outputs = start(pack) + [
         json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], wrong_fix)}),  # trial 1
@@ -90,7 +102,7 @@ def test_a_failed_fix_is_tried_and_excluded_and_a_passing_one_is_the_decision_wi
     assert "source" not in properties  # asked as a code turn's arguments; the source is the tried one
     applied = outcome.result.observations[3].result
     assert fix["new"].strip() in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
-    assert "# no-op" not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()  # trial 1 touched only its copy
+    assert wrong_fix not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()  # trial 1 touched only its copy
     assert applied["name"] == name
     assert list(scratch_parent.iterdir()) == []  # every scratch copy is removed
 
@@ -99,7 +111,7 @@ def test_fixes_that_all_fail_their_trials_are_excluded_and_shown_as_tried_for_th
     pack, fix, name, function = pack_and_fix(tmp_path)
     test_run = json.dumps({"command": pack.task.workspace.test_command})
     trials_a_step = 1 + WIDER_TRIALS  # the pack's function has one line: nothing to name but the model's own
-    wrong = [fix["old"].strip() + f"  # no-op {n}" for n in range(trials_a_step)]
+    wrong = [unchanged(fix["old"], n) for n in range(trials_a_step)]
     outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], w)})
                              for w in wrong]
     # none passed: the step is asked as before (the model writes the source), and that rewrite fails too
@@ -170,9 +182,9 @@ def test_after_the_models_own_line_fails_each_other_line_is_named_for_it_in_turn
     blamed = others[-1]  # the model's own first choice: a line that is not the wrong one
     sweep = [line for line in lines if line != blamed]
     outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name,
-                                         "diagnosis": diagnosis(blamed, blamed + "  # no-op")})]
+                                         "diagnosis": diagnosis(blamed, unchanged(blamed))})]
     for line in sweep:
-        fixed = fix["new"] if line == wrong else line + "  # no-op"
+        fixed = fix["new"] if line == wrong else unchanged(line)
         outputs.append(json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(line, fixed)}))
         if line == wrong:
             break
@@ -209,6 +221,16 @@ def test_after_the_models_own_line_fails_each_other_line_is_named_for_it_in_turn
 ])
 def test_a_fix_that_does_nothing_a_fix_could_mean_is_named_degenerate(fix, why):
     assert why in (degenerate(fix) or "")
+
+
+@pytest.mark.parametrize("wrong, fix, why", [
+    ("if number < maximum:", "if number<maximum :", "the wrong line again"),
+    ("return (a + b)", "return a + b", "the wrong line again"),
+    ("return total", "return total[...]", "placeholder"),
+    ("for i in range(n):", "for i in range(...):", "placeholder"),
+])
+def test_a_fix_that_is_the_wrong_line_again_or_a_placeholder_is_named_degenerate(wrong, fix, why):
+    assert why in (degenerate(fix, wrong) or "")
 
 
 @pytest.mark.parametrize("fix", ["return number if number < maximum else maximum", "if value > high:",
@@ -249,5 +271,7 @@ def test_a_degenerate_fix_is_refused_without_a_test_run_and_the_sweep_goes_on(tm
     assert first["refused"] is True and first["passed"] is False and first["exit_code"] is None
     assert first["duration_ms"] == 0.0 and first["summary"].startswith("not tried: both branches")
     assert f"fix trial 1 of {name} refused, not tried: both branches" in format_event(first)
-    assert not any(t["refused"] for t in trials[1:]) and trials[-1]["passed"] is True
+    # the sweep's `# no-op` fixes are their lines again: refused as well, untried
+    assert all(t["refused"] and "the wrong line again" in t["summary"] for t in trials[1:-1])
+    assert not trials[-1]["refused"] and trials[-1]["passed"] is True
     assert same not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
