@@ -446,7 +446,11 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     outcome = ("" if run is None else f"The tests pass ({run.id}) but the task asks for this change:\n" if passed(run)
                else f"The tests fail ({run.id}):\n{detail}\n")
     ask = ("implemented as its docstring says" if unwritten else "with the bug fixed")
-    target = (f"a fix that makes the tests pass. {outcome}" + "\n".join(shown) + "\n"
+    if unwritten and len(chosen) == 1 and (around := module_context(workspace.read_text(paths[0]) or "", names[0])):
+        # what the function may use: the code turn is a conversation of its own, without the read
+        # that showed the file (HumanEval/10's stub calls a helper the file defines beside it)
+        shown.insert(0, f"{paths[0]} around it (imports and other code, as the file has them):\n{around}")
+    target = (f"{'an implementation' if unwritten else 'a fix'} that makes the tests pass. {outcome}" + "\n".join(shown) + "\n"
               f"Write the whole definition of {' or '.join(names)}{'' if unwritten else ' again'}, {ask}")
     narrowed: list[tuple[str, Any]] = [("path", {"const": paths[0]} if len(paths) == 1 else {"enum": paths}),
                                        ("name", {"const": names[0]} if len(names) == 1 else {"enum": names})]
@@ -476,6 +480,32 @@ _BLAMED = re.compile(r"^The wrong line is `(.*?)`; it must be `")
 BLAME_LIMIT = 2
 #: failed rewrites of one function after which it is asked for anew from its docstring (``function_step``)
 RESPEC_AFTER = 3
+
+
+#: the most of a module shown around a function still to be written (``module_context``)
+MAX_CONTEXT_CHARS = 2400
+
+
+def module_context(text: str, name: str) -> str:
+    """The module ``text`` without function ``name`` (decorators included), runs of blank lines
+    folded to one, at most ``MAX_CONTEXT_CHARS`` (cut at a line, marked); "" when nothing is left
+    or the module does not parse."""
+    try:
+        spans = ops.definitions(text).get(name) or []
+    except (SyntaxError, ValueError):
+        return ""
+    if len(spans) != 1:
+        return ""
+    first, _, last, _ = spans[0]
+    lines = text.splitlines()
+    kept: list[str] = []
+    for line in lines[:first - 1] + lines[last:]:
+        if line.strip() or (kept and kept[-1].strip()):
+            kept.append(line.rstrip())
+    around = "\n".join(kept).strip("\n")
+    if len(around) > MAX_CONTEXT_CHARS:
+        around = around[:around.rfind("\n", 0, MAX_CONTEXT_CHARS)].rstrip() + "\n# ... (the rest of the module is not shown)"
+    return around
 
 
 def stub_of(source: str) -> str | None:
