@@ -138,10 +138,11 @@ def degenerate(fix: str, wrong: str = "") -> str | None:
     """Why the one-line ``fix`` of the line ``wrong`` does nothing a fix could mean, or None: the
     wrong line again (the same syntax tree, spacing aside), a ``...`` placeholder, a conditional
     expression whose branches are the same, a comparison of an expression with itself, a boolean
-    operator over the same operand twice, an assignment of a name to itself, or an ``if``, ``elif``
-    or ``while`` on a constant. A line that does not parse alone (an ``if x:`` header, a
-    ``return`` outside a function) is read with a body or inside a function; one that still does
-    not parse is not judged here (the tests judge it). ``while True:`` is a loop, not dead code."""
+    operator over the same operand twice, an assignment of a name to itself, or an ``if``,
+    ``elif``, ``while`` or conditional expression on a constant. A line that does not parse alone
+    (an ``if x:`` header, a ``return`` outside a function) is read with a body or inside a
+    function; one that still does not parse is not judged here (the tests judge it).
+    ``while True:`` is a loop, not dead code."""
     tree = _parse_line(fix.strip())
     if tree is None:
         return None
@@ -163,7 +164,7 @@ def degenerate(fix: str, wrong: str = "") -> str | None:
                 return "its `and`/`or` has the same operand twice"
         if isinstance(node, ast.Assign) and any(_same(t, node.value) for t in node.targets):
             return "it assigns a name to itself"
-        if isinstance(node, (ast.If, ast.While)) and isinstance(node.test, ast.Constant) \
+        if isinstance(node, (ast.If, ast.IfExp, ast.While)) and isinstance(node.test, ast.Constant) \
                 and not (isinstance(node, ast.While) and node.test.value):  # `while True:` is a loop
             return "its condition is a constant, so one branch is dead code"
     return None

@@ -218,6 +218,7 @@ def test_after_the_models_own_line_fails_each_other_line_is_named_for_it_in_turn
     ("total = total", "assigns a name to itself"),
     ("if True:", "constant"),
     ("while 0:", "constant"),
+    ("return a if True else b", "constant"),
 ])
 def test_a_fix_that_does_nothing_a_fix_could_mean_is_named_degenerate(fix, why):
     assert why in (degenerate(fix) or "")
