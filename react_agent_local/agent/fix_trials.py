@@ -25,7 +25,8 @@ A fix that cannot change what the function does where it matters -- the wrong li
 ``...`` placeholder (the 0.5B wrote both, dozens of times in one eval), a conditional whose two
 branches are the same, a comparison of a thing with itself, ``x or x``, ``x = x``, a condition
 that is a constant (``degenerate``) -- is not tried: it counts as a failed trial (``refused``) and
-is excluded like one. At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
+is excluded like one; so is a fix the tests already failed on (one too long for the diagnosis
+grammar to exclude can be proposed again). At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
 number if number < maximum else number``; the pack's few visible tests passed on it, and the runtime
 accepted a function that no longer clamps.
 
@@ -222,7 +223,10 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
                 continue
             break
         wrong, fix = parse_diagnosis(diagnosis)
-        refusal = degenerate(fix, wrong)
+        # a fix too long for the grammar to exclude (``workspace_evidence.MAX_EXCLUDED_CHARS``) can
+        # come back: the tests failed on it already
+        refusal = ("it was tried already and the tests failed" if fix.strip() in {f.strip() for f in (*trial.tried, *failed)}
+                   else degenerate(fix, wrong))
         outcome = TrialOutcome(False, None, 0.0, "not tried: " + refusal) if refusal else \
             scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
         emit("fix.trial", trial=n, path=trial.path, function=trial.name, line=wrong, fix=fix,
@@ -230,7 +234,8 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
         if outcome.passed:
             return replace(_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
                            trial=None), failed
-        failed.append(fix)
+        if fix not in failed:
+            failed.append(fix)
         if sweep is None:
             sweep = [line for line in trial.lines() if line != wrong]
     if not failed:

@@ -19,7 +19,7 @@ from agent.families.fixtest.generator import generate_packs
 from agent.fix_trials import WIDER_TRIALS, degenerate
 from agent.packs import TaskPack
 from agent.runtime import run_agent
-from agent.workspace_evidence import FixTrial, parse_diagnosis
+from agent.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
 
 
 @pytest.fixture
@@ -276,3 +276,24 @@ def test_a_degenerate_fix_is_refused_without_a_test_run_and_the_sweep_goes_on(tm
     assert all(t["refused"] and "the wrong line again" in t["summary"] for t in trials[1:-1])
     assert not trials[-1]["refused"] and trials[-1]["passed"] is True
     assert same not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
+
+
+def test_a_failed_fix_too_long_for_the_grammar_to_exclude_is_not_run_again(tmp_path, scratch_parent):
+    pack, fix, name, function = pack_and_fix(tmp_path)  # one line: after it, the wider draws
+    expression = fix["old"].strip()[len("return "):]
+    long_wrong = f"return [{expression}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0][0]"
+    assert len(long_wrong) > MAX_EXCLUDED_CHARS  # past what the diagnosis grammar excludes
+    right = diagnosis(fix["old"], fix["new"])
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], long_wrong)})
+                             for _ in range(2)]
+    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": right}),
+                json.dumps({"path": fix["path"], "name": name, "diagnosis": right}), test_run,
+                json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path)
+    policy.assert_complete()
+    assert outcome.result.metrics.task_success is True
+    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    assert [(t["passed"], t["refused"]) for t in trials] == [(False, False), (False, True), (True, False)]
+    assert trials[0]["exit_code"] not in (0, None)  # the first time it ran
+    assert trials[1]["exit_code"] is None and trials[1]["summary"] == "not tried: it was tried already and the tests failed"
