@@ -149,3 +149,14 @@ def test_the_module_around_a_function_folds_blank_lines_keeps_decorated_neighbou
     long = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(400)) + "def target():\n    pass\n"
     cut = module_context(long, "target")
     assert len(cut) <= MAX_CONTEXT_CHARS + 60 and cut.endswith("# ... (the rest of the module is not shown)")
+
+
+def test_a_packs_budgets_leave_room_for_fix_trials_and_the_callers_deadline_wins(tmp_path):
+    from agent.contracts import Budgets
+    from agent.families.humaneval.generator import BUDGETS
+
+    pack = TaskPack.load(generate_packs(tmp_path, 1, 0)[0])
+    run = Budgets.layered(pack.task.budgets, Budgets(max_seconds=300))
+    assert run.max_seconds == 300
+    assert {name: getattr(run, name) for name in BUDGETS} == BUDGETS
+    assert run.max_input_tokens > Budgets().max_input_tokens and run.max_output_tokens > Budgets().max_output_tokens

@@ -21,6 +21,12 @@ from .problems import Problem, doctest_text, hidden_check, subset
 TEST_COMMAND = "python -m doctest tests/examples.txt"
 STUB_BODY = "    raise NotImplementedError\n"
 PROTECTED = ["tests"]
+#: A rewrite after failed examples has its one-line diagnosis tried first (``agent/fix_trials.py``:
+#: the same prompt again, up to eight calls a step, each counted in full though the KV cache holds
+#: it) and a code turn of a few hundred tokens: the defaults (32k prompt, 4k generated tokens) ended
+#: 4 of 60 runs at 7c5579a on ``token_budget``, with time to spare. The run's deadline is the
+#: caller's (``bench/humaneval_agent.py --max-seconds``, 300 s); a caller's own budgets win.
+BUDGETS = {"max_steps": 20, "max_tool_calls": 16, "max_input_tokens": 200_000, "max_output_tokens": 10_000}
 PROTECTED_STOP_REASONS = ["cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
                           "invalid_decision"]
 HINTS = {
@@ -44,7 +50,7 @@ def pack_files(name: str, problem: Problem) -> dict[str, str]:
     task = {
         "id": name, "goal": goal, "required_tools": ["read_file", "replace_function", "bash"], "mode": "guided",
         "subgoals": {"read_file": ["solution.py"]}, "answer_form": "I implemented {name} and the examples pass.",
-        "hints": hints, "summaries": SUMMARIES,
+        "hints": hints, "summaries": SUMMARIES, "budgets": BUDGETS,
         "workspace": {"template": "workspace", "protected": PROTECTED, "test_command": TEST_COMMAND},
     }
     expected = {
