@@ -62,6 +62,25 @@ def run(pack: TaskPack, outputs: list, tmp_path: Path, proposes_arguments: bool 
     return outcome, policy
 
 
+def sweep_to_the_fix(pack: TaskPack, fix: dict, name: str, sweep: list[str], outputs: list, wrong_fix, tmp_path: Path):
+    """Run the pack with ``outputs`` followed by one diagnosis per line of ``sweep`` (``wrong_fix`` of
+    each, the right fix at the wrong line, where the sweep stops), the Decision, the test run and the
+    Final; the run passed. (outcome, policy, its fix.trial events)."""
+    for line in sweep:
+        fixed = fix["new"] if line == fix["old"].strip() else wrong_fix(line)
+        outputs.append(json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(line, fixed)}))
+        if line == fix["old"].strip():
+            break
+    right = diagnosis(fix["old"], fix["new"])
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": right}), test_run,
+                json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path)
+    policy.assert_complete()
+    assert outcome.result.metrics.task_success is True
+    return outcome, policy, [e for e in outcome.events if e["type"] == "fix.trial"]
+
+
 def start(pack: TaskPack) -> list[str]:
     test_run = json.dumps({"command": pack.task.workspace.test_command})
     return [json.dumps({"path": p}) for p in pack.task.subgoals["read_file"]] + [test_run]
@@ -183,19 +202,7 @@ def test_after_the_models_own_line_fails_each_other_line_is_named_for_it_in_turn
     sweep = [line for line in lines if line != blamed]
     outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name,
                                          "diagnosis": diagnosis(blamed, unchanged(blamed))})]
-    for line in sweep:
-        fixed = fix["new"] if line == wrong else unchanged(line)
-        outputs.append(json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(line, fixed)}))
-        if line == wrong:
-            break
-    right = diagnosis(fix["old"], fix["new"])
-    test_run = json.dumps({"command": pack.task.workspace.test_command})
-    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": right}), test_run,
-                json.dumps(f"I fixed {name} and the tests pass.")]
-    outcome, policy = run(pack, outputs, tmp_path)
-    policy.assert_complete()
-    assert outcome.result.metrics.task_success is True
-    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    outcome, policy, trials = sweep_to_the_fix(pack, fix, name, sweep, outputs, unchanged, tmp_path)
     position = sweep.index(wrong)
     assert position >= 1  # a line named for the model failed before the wrong one was named
     assert [t["passed"] for t in trials] == [False] * (position + 1) + [True]
@@ -255,19 +262,8 @@ def test_a_degenerate_fix_is_refused_without_a_test_run_and_the_sweep_goes_on(tm
     # what the 1.5B wrote at ae669ba: a conditional whose two branches are the same
     same = f"return {value} if {value} < {blamed.split()[1]} else {value}"
     outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(blamed, same)})]
-    for line in (line for line in lines if line != blamed):
-        fixed = fix["new"] if line == wrong else line + "  # no-op"
-        outputs.append(json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(line, fixed)}))
-        if line == wrong:
-            break
-    right = diagnosis(fix["old"], fix["new"])
-    test_run = json.dumps({"command": pack.task.workspace.test_command})
-    outputs += [json.dumps({"path": fix["path"], "name": name, "diagnosis": right}), test_run,
-                json.dumps(f"I fixed {name} and the tests pass.")]
-    outcome, policy = run(pack, outputs, tmp_path)
-    policy.assert_complete()
-    assert outcome.result.metrics.task_success is True
-    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    outcome, policy, trials = sweep_to_the_fix(pack, fix, name, [line for line in lines if line != blamed], outputs,
+                                               lambda line: line + "  # no-op", tmp_path)
     first = trials[0]
     assert first["refused"] is True and first["passed"] is False and first["exit_code"] is None
     assert first["duration_ms"] == 0.0 and first["summary"].startswith("not tried: both branches")
