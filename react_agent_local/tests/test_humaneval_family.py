@@ -18,7 +18,8 @@ import pytest
 from agent.contracts import RunResult
 from agent.families.humaneval.generator import STUB_BODY, TEST_COMMAND, generate_packs
 from agent.families.humaneval.grading import check_solution, grade_run
-from agent.families.humaneval.problems import all_problems, examples, subset
+from agent.families.humaneval.examples import examples
+from agent.families.humaneval.problems import all_problems, subset
 from agent.packs import TaskPack
 from agent.sandbox import SandboxPolicy, open_sandbox
 
@@ -49,9 +50,50 @@ def test_packs_hold_the_stub_and_the_examples_but_never_the_hidden_tests(tmp_pat
 
 def test_examples_come_from_the_docstring_and_agree_with_the_reference():
     with_examples = [p for p in all_problems() if examples(p)]
-    assert len(with_examples) >= 120  # most docstrings show examples, as doctests or as prose
+    assert len(with_examples) >= 150  # all but a few docstrings show examples, in one of a dozen forms
     for problem in with_examples:
-        assert all(problem.entry_point + "(" in e.call for e in examples(problem))
+        assert all(problem.entry_point + "(" in e.call for e in examples(problem))  # round(find_zero(...), 2) too
+
+
+def _problem(number: int):
+    return next(p for p in all_problems() if p.number == number)
+
+
+@pytest.mark.parametrize("number, form, marker", [
+    (108, "a doctest comparing the call with its value, no output line", None),
+    (133, "For lst = [1,2,3] the output should be 14", "the output should be"),
+    (112, "For s = ..., c = ..., the result should be (...)", "the result should be"),
+    (120, "Input: arr = [...], k = 3 / Output: [...]", "Output:"),
+    (68, "Input: [4,2,3] / Output: [2, 1], one parameter", "Output:"),
+    (115, "Input: grid : ... bucket_capacity : 1, names not the parameters'; an import before the docstring",
+     "Output:"),
+    (141, "f(x) # => 'No' (a comment after the value)", None),
+    (67, "f(x) -> 19 - 5 - 6 = 8, a worked sum", None),
+    (76, "f(x) => true, lowercase", None),
+    (159, "* f(x) -> value, a bullet", None),
+    (51, "a doctest whose string holds an escaped newline", None),
+])
+def test_every_form_of_example_humaneval_writes_is_read(number, form, marker):
+    """Each form is read from the docstring as written: every example the docstring shows in that
+    form is kept (as many as the form's marker, or the calls after the def line, appear), and the
+    value kept is the reference's (its repr, as a doctest prints it)."""
+    problem = _problem(number)
+    kept = examples(problem)
+    shown = problem.prompt.count(marker) if marker else problem.prompt.count(problem.entry_point + "(") - 1
+    assert len(kept) == shown > 0, (form, kept)
+    namespace: dict = {}
+    exec(problem.reference, namespace)
+    for example in kept:
+        value = eval(example.call, dict(namespace))
+        assert example.want == ("" if value is None else repr(value))
+
+
+def test_an_example_the_reference_contradicts_is_not_kept():
+    from agent.families.humaneval.problems import Problem
+    prompt = ('def double(x):\n    """Twice x.\n    >>> double(2)\n    4\n\n    double(3) ==> 7\n'
+              '    For x = 5 the output should be 10\n    Input: x = 6\n    Output: 13\n    """\n')
+    problem = Problem("HumanEval/0", prompt, "double", "", "    return 2 * x\n")
+    assert [(e.call, e.want) for e in examples(problem)] == [("double(2)", "4"), ("double(5)", "10")]
 
 
 def _run_in_sandbox(folder: Path, command: str):

@@ -3,7 +3,7 @@
     task.json                   the goal, guided: read the stub, run the examples, write the function
                                 (its def line and docstring as given, then the body), run them again
     workspace/solution.py       the problem's prompt (signature, docstring) with a body to replace
-    workspace/tests/examples.txt    the docstring's examples as a doctest (protected)
+    workspace/tests/examples.txt    the docstring's examples as a doctest (protected; ``examples.py``)
     data/hidden/hidden_check.py the benchmark's check(candidate), for the graders only
     data/expected.json          ground truth: the workspace_tests check and the task id
 
@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .problems import Problem, doctest_text, hidden_check, subset
+from .examples import doctest_text, examples
+from .problems import Problem, hidden_check, subset
 
 TEST_COMMAND = "python -m doctest tests/examples.txt"
 STUB_BODY = "    raise NotImplementedError\n"
@@ -44,8 +45,10 @@ SUMMARIES = {
 
 
 def pack_files(name: str, problem: Problem) -> dict[str, str]:
-    goal = (f"Implement `{problem.entry_point}` in solution.py as its docstring describes. The docstring's "
-            f"examples are in tests/examples.txt; `{TEST_COMMAND}` must pass. Do not change the tests.")
+    shown = (f"The docstring's examples are in tests/examples.txt; `{TEST_COMMAND}` must pass." if examples(problem)
+             else f"The docstring shows no example that can be run: tests/examples.txt only imports solution.py, "
+                  f"and `{TEST_COMMAND}` must pass.")
+    goal = f"Implement `{problem.entry_point}` in solution.py as its docstring describes. {shown} Do not change the tests."
     hints = {k: v.replace("{name}", problem.entry_point) for k, v in HINTS.items()}
     task = {
         "id": name, "goal": goal, "required_tools": ["read_file", "replace_function", "bash"], "mode": "guided",
