@@ -573,3 +573,27 @@ def test_controls_the_attacks_succeed_without_a_sandbox(workspace: Path, visible
     assert sh(box, f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'").exit_code == 0
     listener.settimeout(5)
     assert accepted(listener)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_interpreter_reached_through_a_symlink_under_tmp_still_runs(backend: str, tmp_path: Path) -> None:
+    """A virtual environment reached through a symlink the sandbox hides (here under ``/tmp``, which
+    it replaces with its own) runs the file tools' Python and ``run_python`` all the same: the
+    command names the interpreter by its resolved directory. Before, it failed with exit 127."""
+    link = tmp_path / "venv-link"
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    workspace = (tmp_path / "ws").resolve()
+    workspace.mkdir()
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from agent.sandbox import SandboxPolicy, open_sandbox\n"
+        f"box = open_sandbox(SandboxPolicy(workspace=Path({str(workspace)!r})), backend={backend!r})\n"
+        "ran = box.run_python('pydantic.version', [], timeout_s=30)\n"
+        "print(ran.exit_code, ran.stderr.decode()[-200:])\n"
+    )
+    from agent.sandbox.policy import package_root
+    python = link / Path(sys.executable).parent.name / Path(sys.executable).name  # <link>/bin/python
+    done = subprocess.run([str(python), "-c", script, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, cwd=package_root())
+    assert done.returncode == 0, done.stderr[-800:]
+    assert done.stdout.split()[:1] == ["0"], done.stdout

@@ -67,6 +67,15 @@ class SandboxPolicy:
                 raise ValueError("resource limits must be positive")
 
 
+def interpreter() -> str:
+    """This interpreter as a command inside the sandbox names it: its directory resolved (the sandbox
+    binds resolved paths, and a virtual environment reached through a symlink under ``/tmp`` or the
+    home would not be there), its file name kept (``venv/bin/python`` is itself a symlink to the base
+    interpreter; resolving it would leave the virtual environment and its packages behind)."""
+    executable = Path(os.path.abspath(sys.executable))
+    return str(executable.parent.resolve() / executable.name)
+
+
 def python_paths() -> tuple[Path, ...]:
     """What the sandbox must be able to read to run this interpreter and this package."""
     paths = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
@@ -83,7 +92,7 @@ def base_environment(home: str, tmpdir: str) -> dict[str, str]:
     """A command's environment: nothing from the runner's except the locale."""
     search = list(_SYSTEM_PATH)
     if sys.prefix != sys.base_prefix:  # a virtual environment: its tools (pytest, python) come first
-        search.insert(0, os.path.dirname(os.path.abspath(sys.executable)))
+        search.insert(0, os.path.dirname(interpreter()))
     env = {"PATH": ":".join(search), "HOME": home, "TMPDIR": tmpdir, "TERM": "dumb",
            "LANG": os.environ.get("LANG", "C.UTF-8")}
     if os.environ.get("LC_ALL"):

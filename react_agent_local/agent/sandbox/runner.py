@@ -31,8 +31,8 @@ from typing import Literal
 from . import landlock, seccomp
 from .bwrap import SANDBOX_HOME, SANDBOX_TMP, BwrapBinary, bwrap_args, find_bwrap
 from .limits import PidsController, Rlimits, find_pids_controller, processes_of_current_user
-from .policy import (SandboxPolicy, SandboxUnavailable, base_environment, check_argv, merge_environment,
-                     package_root, python_paths, resolve_cwd)
+from .policy import (SandboxPolicy, SandboxUnavailable, base_environment, check_argv, interpreter,
+                     merge_environment, package_root, python_paths, resolve_cwd)
 from .process import CommandResult, run_process
 
 Backend = Literal["auto", "bwrap", "landlock"]
@@ -119,12 +119,12 @@ class Sandbox:
         shadow the standard library). Keyword arguments are those of ``run``."""
         boot = ("import runpy, sys; sys.path.insert(0, %r); del sys.argv[0]; "
                 "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)") % str(package_root())
-        return self.run([sys.executable, "-I", "-c", boot, module, *args], timeout_s=timeout_s,
+        return self.run([interpreter(), "-I", "-c", boot, module, *args], timeout_s=timeout_s,
                         **kwargs)  # type: ignore[arg-type]
 
     def _command(self, argv: list[str], cwd: Path, private_tmp: str | None, filter_fd: int | None) -> list[str]:
         spec: dict[str, object] = {"rlimits": self._rlimits().as_spec(), "block_inet": not self.policy.network}
-        confine = [sys.executable, "-I", "-S", str(CONFINE)]
+        confine = [interpreter(), "-I", "-S", str(CONFINE)]
         if self.kind == "bwrap":
             assert self.bwrap is not None
             seccomp_args = [] if filter_fd is None else ["--seccomp", str(filter_fd)]  # the same filter

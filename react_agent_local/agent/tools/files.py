@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ..sandbox import interpreter
 from . import workspace_ops as ops
 from .base import StrictArgs, Tool, ToolContext, ToolError
 
@@ -45,7 +45,7 @@ def run_op(ctx: ToolContext, op: str, args: dict[str, Any], cancel: threading.Ev
     if ctx.deadline is not None:
         timeout = max(0.1, min(timeout, ctx.deadline - time.monotonic()))
     request = json.dumps({"op": op, "args": args}, ensure_ascii=False).encode("utf-8")
-    result = ctx.sandbox.run([sys.executable, "-I", "-S", "-c", OPS_SOURCE], cwd=".", timeout_s=timeout,
+    result = ctx.sandbox.run([interpreter(), "-I", "-S", "-c", OPS_SOURCE], cwd=".", timeout_s=timeout,
                              cancel=cancel, stdin=request, env=None, max_output_bytes=MAX_REPLY_BYTES)
     if result.timed_out:
         raise ToolError("tool_timeout", f"the {op} operation did not finish within {timeout:.0f} s", retryable=False)

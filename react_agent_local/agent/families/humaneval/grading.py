@@ -8,7 +8,6 @@ Failure families: ``stopped:<stop_reason>``, ``no_solution``, ``unchanged`` (sti
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ TIMEOUT_SECONDS = 60.0
 def check_solution(source: str, task_id: str, timeout_s: float = TIMEOUT_SECONDS) -> list[str]:
     """Failure families of one solution's source against the hidden tests (empty: it passes)."""
     problem = next(p for p in all_problems() if p.task_id == task_id)
-    from ...sandbox import SandboxPolicy, SandboxUnavailable, open_sandbox
+    from ...sandbox import SandboxPolicy, SandboxUnavailable, interpreter, open_sandbox
 
     folder = Path(tempfile.mkdtemp(prefix="react-agent-humaneval-")).resolve()
     try:
@@ -33,7 +32,7 @@ def check_solution(source: str, task_id: str, timeout_s: float = TIMEOUT_SECONDS
             sandbox = open_sandbox(SandboxPolicy(workspace=folder, read_only=(), cpu_seconds=int(timeout_s)))
         except SandboxUnavailable:
             return ["sandbox_unavailable"]
-        run = sandbox.run([sys.executable, "-E", "-s", "hidden_check.py"], timeout_s=timeout_s, stdin=b"",
+        run = sandbox.run([interpreter(), "-E", "-s", "hidden_check.py"], timeout_s=timeout_s, stdin=b"",
                           env={"PYTHONDONTWRITEBYTECODE": "1"})
         if run.timed_out:
             return ["hidden_tests_timeout"]
