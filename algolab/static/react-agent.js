@@ -1122,7 +1122,7 @@
       case 'fix.trial':
         return row(e.passed ? 'obs' : 'bad', '修复试跑', el('span', { text: '第 ' + e.trial + ' 次：在工作区副本上按诊断改 ' +
           String(e.function || '') + (e.fix ? '（' + (e.named ? '由运行时指定的行 ' : '') + '`' + String(e.line || '') + '` → `' +
-          String(e.fix) + '`）' : '') + (e.refused ? ' → 未试跑：这个修改什么也没改变（' + (e.summary || '') + '）'
+          String(e.fix) + '`' + (e.written ? '，模型原写 `' + String(e.written) + '`，截到能解析为 Python 的最长前缀' : '') + '）' : '') + (e.refused ? ' → 未试跑：这个修改什么也没改变（' + (e.summary || '') + '）'
             : ' 并运行测试 → ' + (e.passed ? '测试通过' : '未通过（' + (e.summary || '') + '）')) }));
       case 'final.validated':
         return row(e.accepted ? 'obs' : 'bad', 'final.validated', el('span', { text: (e.accepted ? '✓ ' : '✗ ') + (e.message || '') }));

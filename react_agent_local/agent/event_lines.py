@@ -63,7 +63,8 @@ def format_event(e: dict[str, Any]) -> str | None:
         return head + f"fix trial {e['trial']} of {e['function']} refused, {_short(e['summary'], 100)}"
     if t == "fix.trial":
         outcome = "the tests passed" if e["passed"] else f"failed ({_short(e['summary'], 100)})"
-        return head + f"fix trial {e['trial']} of {e['function']} on a scratch copy: {outcome}, {e['duration_ms'] / 1000:.2f}s"
+        cut = " (the fix as written cut where it stopped parsing)" if e.get("written") else ""
+        return head + f"fix trial {e['trial']} of {e['function']} on a scratch copy{cut}: {outcome}, {e['duration_ms'] / 1000:.2f}s"
     if t == "approval.decided":
         return head + f"bash graded {e['level']} ({_short(e['reason'], 80)}): {e['decision']} ({e['by']})"
     if t == "run.finished":

@@ -38,7 +38,9 @@ within its size caps): otherwise the step is asked as before.
 from __future__ import annotations
 
 import ast
+import re
 import shutil
+import textwrap
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -48,7 +50,7 @@ from typing import Any, Callable
 from .contracts import Observation
 from .decisions import DecisionError
 from .tools import ToolContext, ToolError
-from .workspace_evidence import failure_summary, parse_diagnosis, passed
+from .workspace_evidence import blamable_lines, failure_summary, parse_diagnosis, passed
 
 #: the most diagnoses tried per step before the step is asked as before: the model's first, one for
 #: each other line of a short function (the generated packs' have one to five), then wider draws
@@ -171,6 +173,51 @@ def degenerate(fix: str, wrong: str = "") -> str | None:
     return None
 
 
+def trimmed(trial: Any, diagnosis: str) -> str | None:
+    """The diagnosis with its fix cut to the longest prefix with which ``trial``'s function parses,
+    where the fix as written does not and the prefix ends where a token ends (never inside a name
+    or a number); None where the fix parses as written or no such prefix does. A prefix that is a
+    copy of another of the function's lines is no fix (it would leave one of the two dead), nor is
+    a bare ``return`` whose value was cut away."""
+    found = parse_diagnosis(diagnosis)
+    if found is None or _parses(trial.fixed_source(diagnosis)):
+        return None
+    wrong, fix = found
+    fix = _PLACEHOLDER.split(fix, 1)[0].strip()  # `return x <this line>` would parse up to `<this`
+    others = set(blamable_lines(trial.original))
+    for end in range(len(fix), 0, -1):
+        cut = fix[:end].rstrip()
+        if len(cut) < end or (end < len(fix) and _word(fix[end - 1]) and _word(fix[end])):
+            continue  # the space before is tried as its own end; a name or number is never split
+        if cut in _BARE:
+            return None  # its value cut away: no fix of what it returns
+        candidate = f"The wrong line is `{wrong}`; it must be `{cut}`"
+        if _parses(trial.fixed_source(candidate)):
+            return None if cut in others else candidate
+    return None
+
+
+_BARE = {"return", "yield", "raise"}
+
+
+#: a placeholder in angle brackets with words inside: ``<this line>``, ``<the fixed condition>``
+_PLACEHOLDER = re.compile(r"<[A-Za-z_ ]*[A-Za-z_] [A-Za-z_ ]*>")
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _parses(source: str | None) -> bool:
+    if source is None:
+        return False
+    try:
+        ast.parse(textwrap.dedent(source))
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
 def _same(a: ast.AST, b: ast.AST) -> bool:
     return ast.unparse(a) == ast.unparse(b)  # source, not dump: a Store and a Load of x are the same x
 
@@ -217,6 +264,8 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
         except DecisionError:
             break
         diagnosis = str((decision.arguments or {}).get("diagnosis") or "")
+        written = parse_diagnosis(diagnosis)
+        diagnosis = trimmed(trial, diagnosis) or diagnosis
         source = trial.fixed_source(diagnosis)
         if source is None:
             if only is not None:
@@ -230,7 +279,8 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
         outcome = TrialOutcome(False, None, 0.0, "not tried: " + refusal) if refusal else \
             scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
         emit("fix.trial", trial=n, path=trial.path, function=trial.name, line=wrong, fix=fix,
-             named=only is not None, refused=refusal is not None, **outcome.public())
+             named=only is not None, refused=refusal is not None, **outcome.public(),
+             **({"written": written[1]} if written and written[1] != fix else {}))
         if outcome.passed:
             return replace(_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
                            trial=None), failed

@@ -16,7 +16,7 @@ from agent.backends.scripted import ScriptedPolicy
 from agent.contracts import Budgets
 from agent.event_lines import format_event
 from agent.families.fixtest.generator import generate_packs
-from agent.fix_trials import WIDER_TRIALS, degenerate
+from agent.fix_trials import WIDER_TRIALS, degenerate, trimmed
 from agent.packs import TaskPack
 from agent.runtime import run_agent
 from agent.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
@@ -293,3 +293,43 @@ def test_a_failed_fix_too_long_for_the_grammar_to_exclude_is_not_run_again(tmp_p
     assert [(t["passed"], t["refused"]) for t in trials] == [(False, False), (False, True), (True, False)]
     assert trials[0]["exit_code"] not in (0, None)  # the first time it ran
     assert trials[1]["exit_code"] is None and trials[1]["summary"] == "not tried: it was tried already and the tests failed"
+
+
+def test_a_fix_that_runs_on_past_its_code_is_cut_to_the_longest_prefix_that_parses():
+    trial = FixTrial("m.py", "clamp", "def clamp(number, low, high):\n    if number < low:\n        return low\n"
+                                      "    if number > high:\n        return low\n    return number")
+    said = {  # as the 0.5B wrote them: a brace, a full stop, a placeholder, prose after the code
+        "return high }": "return high",
+        "return high.": "return high",
+        "return high <this line>": "return high",
+        "if number >= high: source is asked for the next line": "if number >= high:",
+    }
+    for written, cut in said.items():
+        wrong = "if number > high:" if written.startswith("if") else "return low"
+        repaired = trimmed(trial, diagnosis(wrong, written))
+        assert parse_diagnosis(repaired) == (wrong, cut), written
+        assert cut in trial.fixed_source(repaired)
+    assert trimmed(trial, diagnosis("return low", "return high")) is None  # it parses as written
+    assert trimmed(trial, diagnosis("return low", "return highest}")) == diagnosis("return low", "return highest")
+    # a number or a name is never split (`return 12`), nor a value cut away (`return`)
+    assert trimmed(trial, diagnosis("return low", "return 12abc")) is None
+    assert trimmed(trial, diagnosis("return low", "return number }")) is None  # a copy of another line
+    assert trimmed(trial, diagnosis("return low", "}}")) is None  # no prefix parses
+
+
+def test_a_trial_runs_the_fix_cut_where_it_stops_parsing_and_the_event_keeps_what_was_written(tmp_path, scratch_parent):
+    pack, fix, name, function = pack_and_fix(tmp_path)
+    test_run = json.dumps({"command": pack.task.workspace.test_command})
+    written = fix["new"].strip() + " } <this line>"
+    right = diagnosis(fix["old"], fix["new"])
+    outputs = start(pack) + [
+        json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(fix["old"], written)}),  # trial 1
+        json.dumps({"path": fix["path"], "name": name, "diagnosis": right}),  # the Decision: every argument const
+        test_run, json.dumps(f"I fixed {name} and the tests pass.")]
+    outcome, policy = run(pack, outputs, tmp_path)
+    policy.assert_complete()
+    assert outcome.result.metrics.task_success is True
+    trials = [e for e in outcome.events if e["type"] == "fix.trial"]
+    assert [(t["passed"], t["fix"], t["written"]) for t in trials] == [(True, fix["new"].strip(), written)]
+    assert policy.requests[4].value_schema["properties"]["diagnosis"] == {"const": right}
+    assert "(the fix as written cut where it stopped parsing): the tests passed" in format_event(trials[0])
