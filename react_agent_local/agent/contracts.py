@@ -407,6 +407,12 @@ class TaskSpec(BaseModel):
     expect: list[CheckSpec] = Field(default_factory=list, max_length=8,
                                     description="Checks of tool results (see AnswerGuide.expect).")
     hints: dict[str, str] = Field(default_factory=dict, description="Per tool, a hint that replaces the tool's own.")
+    code_prompt: str | None = Field(
+        default=None, max_length=2000,
+        description="The whole message of the code turn that writes a function still to be written, the first "
+                    "time: {code} stands for its file with the function's def line and docstring and no body "
+                    "(a benchmark's own prompt, so the agent's first version is the model's own). Left out: the "
+                    "goal, the step's target and the runtime's instruction.")
     summaries: dict[str, str] = Field(default_factory=dict,
                                       description="Per tool (or 'final'), the Decision Summary wording.")
     mcp_servers: list[McpServerSpec] = Field(default_factory=list, max_length=8,
@@ -420,6 +426,13 @@ class TaskSpec(BaseModel):
         default_factory=list, max_length=8,
         description="Folders of the pack holding skills (<name>/SKILL.md, see agent/skills.py): the model "
                     "may load them with load_skill; they never add a tool.")
+
+    @field_validator("code_prompt")
+    @classmethod
+    def _one_code_slot(cls, prompt: str | None) -> str | None:
+        if prompt is not None and prompt.count("{code}") != 1:
+            raise ValueError("code_prompt must hold {code} exactly once")
+        return prompt
 
     @field_validator("skills")
     @classmethod

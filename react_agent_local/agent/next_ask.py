@@ -43,7 +43,7 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
     step = next_step(task, list(evidence.observations), workspace, failed_fixes) if task.workspace is not None else None
     if step is not None:
         return Branch("action", tool=step.tool, target=step.target, narrowed=step.narrowed, drafts=step.drafts,
-                      code_field=step.code_field, explore=step.explore, trial=step.trial,
+                      code_field=step.code_field, explore=step.explore, trial=step.trial, spec=step.spec,
                       summary=_summary(task, tools, step.tool))
     for tool in (task.required_tools if task.workspace is None else ()):
         items = task.subgoals.get(tool)

@@ -140,6 +140,8 @@ class Branch:
     #: can may have the model write it as a fenced code block after the other arguments' JSON,
     #: instead of as an escaped JSON string (small models lose their place in a long escaped string)
     code_field: str | None = None
+    #: the code a pack's ``code_prompt`` shows (``workspace_evidence.spec_of``): the code turn is that prompt alone
+    spec: str | None = None
     #: the model's likeliest answer already failed (a change that restored failing files): sample
     #: this call (at ``EXPLORE_TEMPERATURE`` when the run is greedy) instead of repeating it
     explore: bool = False
@@ -273,6 +275,8 @@ class PromptState:
     feedback: list[str]
     budget_left: dict[str, Any]
     tool_hints: dict[str, str] = field(default_factory=dict)
+    #: the pack's message for a code turn that writes a function the first time (``TaskSpec.code_prompt``)
+    code_prompt: str | None = None
     final_hints: list[str] = field(default_factory=list)
     check_lines: list[str] = field(default_factory=list)
     #: the earlier model calls of this run: (the user turn, the model's Decision text) each
@@ -291,7 +295,14 @@ def code_messages(state: PromptState, branch: Branch, registry: ToolRegistry, ar
     """A code turn's conversation (``DecisionRequest.code_turn``): one user message with the task and
     what this step is for (the branch's target: the code as the task gave it or as it is now, how the
     last run failed), asking for the code alone -- no tools, no protocol. The model's own failed
-    version is not shown: shown it, the 1.5B copied it token for token, even sampled at T=1."""
+    version is not shown: shown it, the 1.5B copied it token for token, even sampled at T=1.
+
+    A function written the first time, in a pack with a ``code_prompt``, is asked with that prompt
+    alone: at 890656b the 1.5B's first version, asked the runtime's way, passed HumanEval's examples
+    and failed its hidden tests on 4 of 60 problems where the same model asked the benchmark's way
+    (``bench/humaneval_single_shot.py``) passed them (and on 1 the other way round)."""
+    if branch.spec is not None and state.code_prompt:
+        return [{"role": "user", "content": state.code_prompt.replace("{code}", branch.spec)}]
     field = branch.code_field or "code"
     tool = registry.get(branch.tool)
     parts = [state.goal, ""]

@@ -283,7 +283,7 @@ class Run:
         checks = [(c.label, c.left, c.op, c.right, c.holds) for c in self.evidence.checks]
         return PromptState(
             goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
-            budget_left=self._remaining(), tool_hints=self.pack.task.hints,
+            budget_left=self._remaining(), tool_hints=self.pack.task.hints, code_prompt=self.pack.task.code_prompt,
             final_hints=list(guide.hints) if guide else [], check_lines=guide_check_lines(guide, checks) if guide else [],
             history=list(self._history), shown_observations=self._shown[0],
             shown_feedback=self._shown[1])

@@ -70,6 +70,8 @@ class Step:
     explore: bool = False
     #: a diagnosis this step asks for can be tried before the code is written (``FixTrial``)
     trial: "FixTrial | None" = None
+    #: a function written the first time: its file with its def line and docstring, no body (``spec_of``)
+    spec: str | None = None
 
 
 @dataclass(frozen=True)
@@ -469,7 +471,29 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
         pattern = def_line_pattern(originals[0], written=unwritten)
         narrowed.append(("source", {"type": "string", "pattern": pattern}))
     drafts = tuple(json.dumps(source, ensure_ascii=False)[1:-1] for source in originals)
-    return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source", trial=trial)
+    first = unwritten and len(chosen) == 1 and not any(r.get("path") == paths[0] and r.get("name") == names[0]
+                                                       for r in rewrites)
+    spec = spec_of(workspace.read_text(paths[0]) or "", names[0]) if first else None
+    return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source", trial=trial,
+                spec=spec)
+
+
+def spec_of(text: str, name: str) -> str | None:
+    """The module ``text`` with the stub ``name`` less its body (the ``pass``, ``...`` or ``raise
+    NotImplementedError`` it ends with; what comes before it -- def line, docstring, an import --
+    kept), stripped: what a benchmark's prompt is (a HumanEval problem's prompt is its stub's file
+    less the stub's body). None where the module does not parse or ``name`` is not one function of
+    its top level that ends so."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    if len(found) != 1 or len(found[0].body) < 2 or not _is_stub_statement(found[0].body[-1]):
+        return None
+    last = found[0].body[-1]
+    lines = text.splitlines()
+    return "\n".join(lines[:last.lineno - 1] + lines[last.end_lineno:]).strip()
 
 
 _MUST_BE = re.compile(r"it must be `(.*)`$")
@@ -537,7 +561,11 @@ def is_stub(source: str) -> bool:
     body = node.body[1:] if ast.get_docstring(node) is not None else node.body
     if len(body) != 1:
         return not body
-    statement = body[0]
+    return _is_stub_statement(body[0])
+
+
+def _is_stub_statement(statement: ast.stmt) -> bool:
+    """``pass``, ``...`` or ``raise NotImplementedError``: a body still to be written."""
     if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
                                            and statement.value.value is Ellipsis):
         return True

@@ -25,12 +25,13 @@ from collections import Counter
 from pathlib import Path
 
 from agent.backends import load_policy
+from agent.families.humaneval.generator import CODE_PROMPT
 from agent.families.humaneval.grading import check_solution
 from agent.families.humaneval.problems import Problem, subset
 from agent.model_policy import ModelRequest
 
-INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem in a markdown "
-               "code block:\n```\n{prompt}\n```")
+# the same words as the agent's first version is asked with (the family's code prompt)
+INSTRUCTION = CODE_PROMPT.replace("{code}", "{prompt}")
 # the language may sit on the fence or on a line of its own (the 0.5B writes "```\npython\n")
 _BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(?:(?:python|py)[ \t]*\n)?(.*?)```", re.S)
 

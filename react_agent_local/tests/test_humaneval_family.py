@@ -202,3 +202,66 @@ def test_a_packs_budgets_leave_room_for_fix_trials_and_the_callers_deadline_wins
     assert run.max_seconds == 300
     assert {name: getattr(run, name) for name in BUDGETS} == BUDGETS
     assert run.max_input_tokens > Budgets().max_input_tokens and run.max_output_tokens > Budgets().max_output_tokens
+
+
+def test_the_first_version_is_asked_in_the_benchmarks_own_words_and_a_rewrite_in_the_runtimes(tmp_path):
+    """The code turn that writes the stub the first time is the single-shot arm's message, word for
+    word (so the agent's first version is the model's own); after a failed run it is the runtime's
+    (the failure shown), and a pack without a code prompt keeps the runtime's throughout."""
+    import importlib.util
+
+    from agent.backends.scripted import ScriptedPolicy
+    from agent.contracts import Budgets
+    from agent.runtime import run_agent
+    from agent.workspace_evidence import spec_of
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "humaneval_single_shot.py"
+    spec = importlib.util.spec_from_file_location("humaneval_single_shot", bench)
+    single_shot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(single_shot)
+    problems = {p.task_id: p for p in all_problems()}
+    for root in generate_packs(tmp_path / "all", 164, 0):
+        pack = TaskPack.load(root)
+        problem = problems[pack.load_expected()["task_id"]]
+        assert spec_of((root / "workspace" / "solution.py").read_text(), problem.entry_point) == problem.prompt.strip()
+
+    def code_turns(root: Path, outputs: list[str]) -> list:
+        pack = TaskPack.load(root)
+        policy = ScriptedPolicy(outputs)
+        policy.code_blocks = policy.code_turns = True
+        run_agent(pack, policy, Budgets(max_steps=len(outputs)), artifact_dir=root.parent / f"run-{root.name}")
+        return [r for r in policy.requests if r.code_only]
+
+    root = generate_packs(tmp_path / "one", 1, 0)[0]
+    pack = TaskPack.load(root)
+    problem = problems[pack.load_expected()["task_id"]]
+    name = problem.entry_point
+    head = '{"path": "solution.py", "name": "%s"}' % name
+    body = "\n    return None\n"
+    source = spec_of((root / "workspace" / "solution.py").read_text(), name)
+    # the def line and docstring as held, then a body that fails the examples
+    first_version = f"def {name}(" + source.split(f"def {name}(", 1)[1] + body
+    outputs = ['{"path": "solution.py"}', head, first_version, '{"command": "%s"}' % TEST_COMMAND, head, first_version]
+    turns = code_turns(root, outputs)
+    assert len(turns) == 2
+    assert turns[0].messages == [{"role": "user", "content": single_shot.INSTRUCTION.format(prompt=problem.prompt.strip())}]
+    rewrite = turns[1].messages[0]["content"]
+    assert "Please provide" not in rewrite and "The tests fail" in rewrite  # the runtime's words, the failure shown
+
+    task = json.loads((root / "task.json").read_text())
+    del task["code_prompt"]
+    (root / "task.json").write_text(json.dumps(task))
+    turns = code_turns(root, outputs[:3])
+    assert "Please provide" not in turns[0].messages[0]["content"] and pack.task.goal in turns[0].messages[0]["content"]
+
+
+def test_a_code_prompt_holds_one_code_slot():
+    from pydantic import ValidationError
+
+    from agent.contracts import TaskSpec
+
+    base = {"id": "t", "goal": "g", "required_tools": ["read_file"]}
+    assert TaskSpec(**base, code_prompt="Write:\n{code}").code_prompt == "Write:\n{code}"
+    for bad in ("Write it", "{code} and {code}"):
+        with pytest.raises(ValidationError):
+            TaskSpec(**base, code_prompt=bad)
