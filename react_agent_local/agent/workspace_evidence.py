@@ -645,7 +645,8 @@ def def_line_pattern(source: str, written: bool = False) -> str:
     not the bug, and the docstring is the spec the fix is written against: the 1.5B, free to leave
     it out, dropped it and then saw nothing wrong with the code), when a pattern can hold them (a
     function's source is written as raw text -- a code block or a code turn -- so a backslash in it
-    is one character of the pattern like any other); else with any text."""
+    is one character of the pattern like any other), and ends where the function does (``BODY_LINE``);
+    else with any text."""
     head = _head_lines(source)
     if head:
         if written:
@@ -655,9 +656,16 @@ def def_line_pattern(source: str, written: bool = False) -> str:
             body = lines[len(head)] if len(lines) > len(head) else "    "
             indent = body[:len(body) - len(body.lstrip())] or "    "
             first = differs_from(list(STUB_LINES), 200, exclude="\n")[1:-1]
-            return "^" + _literal("\n".join(head)) + "\\n" + _literal(indent) + first + "(?:\\n[\\s\\S]*)?$"
-        return "^" + _literal("\n".join(head)) + "\\n[\\s\\S]*$"
+            return "^" + _literal("\n".join(head)) + "\\n" + _literal(indent) + first + BODY_LINES + "$"
+        return "^" + _literal("\n".join(head)) + "\\n" + BODY_LINE + BODY_LINES + "$"
     return "^[\\s\\S]*$"
+
+
+#: a line of a function's body after its def line: blank, indented or a comment -- never a statement of
+#: the module (asked in a benchmark's words, "a self-contained script", the 1.5B wrote its definition and
+#: then calls of it, and the definition was refused three times for the statements after it)
+BODY_LINE = "(?:[ \\t#][^\\n]*)?"
+BODY_LINES = "(?:\\n" + BODY_LINE + ")*"
 
 
 def _head_lines(source: str) -> list[str]:

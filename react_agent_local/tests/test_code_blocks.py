@@ -212,6 +212,13 @@ def test_a_stub_is_written_with_a_body_that_is_no_stub_statement(pack, tmp_path)
     for body in ("raise NotImplementedError\n", "pass\n", "...\n", "raise NotImplementedError()"):
         assert not pattern.match(head + body), body
     assert re.compile(def_line_pattern(stub)).match(stub)  # a function to fix may keep any line
+    # the function ends where it does: blank, indented and comment lines only, no statement of the module after it
+    body = "return len(set(string.lower()))\n\n# Example usage:\n#print(f('ab'))\n\n"
+    for held in (pattern, re.compile(def_line_pattern(stub))):
+        assert held.match(head + body)
+        assert held.match(head + "if string:\n\treturn 1\n    return 0")
+        for after in ("print(count_distinct_characters('ab'))", "assert True", "def helper():", "x = 1"):
+            assert not held.match(head + body + after), after
 
 
 # -- code turns ------------------------------------------------------------------------------------
@@ -237,7 +244,9 @@ def test_a_code_turn_asks_for_the_code_in_a_conversation_of_its_own(pack, tmp_pa
     assert len(turns) == 2 and all(r.aside and r.code_field == "source" for r in turns)
     assert all(len(r.messages) == 1 and r.messages[0]["role"] == "user" for r in turns)
     assert all(r.prefix == "```python\n" and r.value_schema["type"] == "string" for r in turns)
-    assert pack.task.goal in turns[0].messages[0]["content"]
+    # the first version in the pack's own words (``code_prompt``), the rewrite in the runtime's
+    assert turns[0].messages[0]["content"].startswith(pack.task.code_prompt.split("{code}")[0])
+    assert pack.task.goal in turns[1].messages[0]["content"]
     # the second turn sees how the examples failed, not the code that failed them (the 1.5B copies it)
     assert "The tests fail" in turns[1].messages[0]["content"]
     assert wrong.strip().splitlines()[-1].strip() not in turns[1].messages[0]["content"]
