@@ -72,6 +72,8 @@ class Step:
     trial: "FixTrial | None" = None
     #: a function written the first time: its file with its def line and docstring, no body (``spec_of``)
     spec: str | None = None
+    #: a first version asked again, in the runtime's words, after the pack's words' version failed: greedy
+    anew: bool = False
 
 
 @dataclass(frozen=True)
@@ -263,10 +265,12 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any,
             f"aside): write different code."
             if repeated is not None else
             f" Your change {refused.id} would have changed nothing: write different code." if refused is not None else "")
-    # a change the tests failed on was the model's likeliest answer: the next one is sampled
+    # a change the tests failed on was the model's likeliest answer: the next one is sampled (but for a
+    # first version asked anew in other words, unless that repeated a failed one)
     explore = repeated is not None or refused is not None or change is not None
     if change_tool == "replace_function":
-        step = function_step(files, workspace, failing, observations, failed_fixes)
+        step = function_step(files, workspace, failing, observations, failed_fixes, reworded=task.code_prompt is not None)
+        explore = repeated is not None or refused is not None or (change is not None and not step.anew)
         return replace(step, target=step.target + note, explore=explore)
     step = _change_step(change_tool, files, workspace,
                         f"a fix that makes the tests pass ({failing.id} {failure_summary(failing)}).{note}")
@@ -380,7 +384,8 @@ def _functions(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
 
 
 def function_step(files: list[str], workspace: Any, run: Observation | None,
-                  observations: list[Observation] = (), failed_fixes: Iterable[tuple[str, str, str]] = ()) -> Step:
+                  observations: list[Observation] = (), failed_fixes: Iterable[tuple[str, str, str]] = (),
+                  reworded: bool = False) -> Step:
     """A ``replace_function`` after the failing ``run``: the functions its report calls (all of the
     files' functions when it names none), their path and name narrowed to those, the new source
     held to start with the def line and docstring when there is one candidate, and the failure and
@@ -393,7 +398,13 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     to and fro between the two until the tool budget ran out.
 
     Without a ``run`` (a stub is written before any test run: it fails by construction) the step
-    offers the stubs with their source alone."""
+    offers the stubs with their source alone.
+
+    Where the pack words a function's first version itself (``reworded``: ``TaskSpec.code_prompt``)
+    and that version failed, the next is a first version again, in the runtime's words and greedy
+    (``Step.anew``), before any sampled rewrite: two wordings give two of the model's likeliest
+    versions (at 890656b the runtime's words' first version passed HumanEval/134, the benchmark's
+    words' failed its examples, and on four other problems the other way round)."""
     result = (run.result if run is not None else None) or {}
     output = "\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr"))
     functions = _functions(files, workspace)
@@ -409,6 +420,7 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
         return Step("replace_function", f"a fix that makes the tests pass ({run.id} {failure_summary(run)})")
     rewrites = [o.result or {} for o in observations if o.ok and o.tool == "replace_function"]
     shown, originals, tried = [], [], []
+    anew = False
     for path, name, source in chosen:
         mine = [r for r in rewrites if r.get("path") == path and r.get("name") == name]
         original = str(mine[0].get("before") or source) if mine else source
@@ -434,7 +446,9 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
             continue
         originals.append(original)
         tried.append((tries, cleared))
-        if mine or trials:
+        if anew := (reworded and len(chosen) == 1 and len(mine) == 1 and is_stub(original) and not trials):
+            shown.append(f"{name} in {path} as the task gave it:\n{original}")
+        elif mine or trials:
             shown.append(f"{name} in {path} as the task gave it{' (your rewrites failed)' if mine else ''}:\n{original}"
                          + (f"\nAlready tried, the tests still failed: {', '.join(f'`{t}`' for t in tries)}" if tries else "")
                          + "".join(f"\n`{line}` was fixed {blamed.count(line)} ways and the tests still failed: "
@@ -445,8 +459,9 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     names = list(dict.fromkeys(name for _, name, _ in chosen))
     # a stub has no wrong line to name: its body is written from its docstring
     unwritten = all(is_stub(original) for original in originals)
-    outcome = ("" if run is None else f"The tests pass ({run.id}) but the task asks for this change:\n" if passed(run)
-               else f"The tests fail ({run.id}):\n{detail}\n")
+    anew = anew and len(chosen) == 1
+    outcome = ("" if run is None or anew else f"The tests pass ({run.id}) but the task asks for this change:\n"
+               if passed(run) else f"The tests fail ({run.id}):\n{detail}\n")
     ask = ("implemented as its docstring says" if unwritten else "with the bug fixed")
     if unwritten and len(chosen) == 1 and (around := module_context(workspace.read_text(paths[0]) or "", names[0])):
         # what the function may use: the code turn is a conversation of its own, without the read
@@ -475,7 +490,7 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
                                                        for r in rewrites)
     spec = spec_of(workspace.read_text(paths[0]) or "", names[0]) if first else None
     return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source", trial=trial,
-                spec=spec)
+                spec=spec, anew=anew)
 
 
 def spec_of(text: str, name: str) -> str | None:

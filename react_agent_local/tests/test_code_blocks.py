@@ -183,8 +183,9 @@ def test_a_greedy_run_asks_again_with_sampling_after_a_change_that_changes_nothi
     assert [r.code_field for r in writes] == ["source"] * 3
     assert all(r.max_new_tokens == CODE_MAX_NEW_TOKENS for r in writes)
     assert "```python code block" in writes[0].messages[-1]["content"]
-    # the second follows a change the examples failed on, the third one that would have changed nothing
-    assert [r.temperature for r in writes] == [0.0, 1.0, 1.0]
+    # the second follows a first version in the pack's words the examples failed on: a first version
+    # again, in the runtime's words, greedy; the third follows one that would have changed nothing: sampled
+    assert [r.temperature for r in writes] == [0.0, 0.0, 1.0]
     assert "would have changed nothing" in writes[2].messages[-1]["content"]
     # a rewrite drawn wider is not shown the earlier (failed) changes, which the model would copy
     shown = "\n".join(m["content"] for m in writes[2].messages)
@@ -231,8 +232,10 @@ def test_a_code_turn_asks_for_the_code_in_a_conversation_of_its_own(pack, tmp_pa
     name = pack.load_expected()["entry_point"]
     test_run = json.dumps({"command": pack.task.workspace.test_command})
     change = json.dumps({"path": "solution.py", "name": name, "diagnosis": None})
+    wrong_too = wrong.replace("return None", "return 0")
     outputs = [json.dumps({"path": "solution.py"}),
                change, wrong + CODE_FENCE_END, test_run,
+               change, wrong_too + CODE_FENCE_END, test_run,
                change, right + CODE_FENCE_END, test_run,
                json.dumps(f"I implemented {name} and the examples pass.")]
     policy = ScriptedPolicy(outputs)
@@ -241,22 +244,23 @@ def test_a_code_turn_asks_for_the_code_in_a_conversation_of_its_own(pack, tmp_pa
     policy.assert_complete()
     assert outcome.result.status == "completed", outcome.result.stop_reason
     turns = [r for r in policy.requests if r.code_only]
-    assert len(turns) == 2 and all(r.aside and r.code_field == "source" for r in turns)
+    assert len(turns) == 3 and all(r.aside and r.code_field == "source" for r in turns)
     assert all(len(r.messages) == 1 and r.messages[0]["role"] == "user" for r in turns)
     assert all(r.prefix == "```python\n" and r.value_schema["type"] == "string" for r in turns)
-    # the first version in the pack's own words (``code_prompt``), the rewrite in the runtime's
+    # the first version in the pack's own words (``code_prompt``); when it fails, a first version
+    # again in the runtime's words, greedy; then a rewrite that sees how the examples failed, not
+    # the code that failed them (the 1.5B copies it), sampled
     assert turns[0].messages[0]["content"].startswith(pack.task.code_prompt.split("{code}")[0])
-    assert pack.task.goal in turns[1].messages[0]["content"]
-    # the second turn sees how the examples failed, not the code that failed them (the 1.5B copies it)
-    assert "The tests fail" in turns[1].messages[0]["content"]
-    assert wrong.strip().splitlines()[-1].strip() not in turns[1].messages[0]["content"]
-    assert [r.temperature for r in turns] == [0.0, 1.0]
+    assert pack.task.goal in turns[1].messages[0]["content"] and "The tests fail" not in turns[1].messages[0]["content"]
+    assert "The tests fail" in turns[2].messages[0]["content"]
+    assert not any(w.strip().splitlines()[-1].strip() in turns[2].messages[0]["content"] for w in (wrong, wrong_too))
+    assert [r.temperature for r in turns] == [0.0, 0.0, 1.0]
     arguments = [r for r in policy.requests if r.code_field is None and r.value_schema
                  and "name" in (r.value_schema.get("properties") or {})]
     assert arguments and all("source" not in r.value_schema["properties"] for r in arguments)
     decisions = [e["decision"] for e in outcome.events if e["type"] == "decision.valid"]
-    assert [d.get("tool") for d in decisions] == ["read_file", "replace_function", "bash", "replace_function", "bash", None]
-    assert decisions[3]["arguments"]["source"] == right.rstrip() + "\n"
+    assert [d.get("tool") for d in decisions] == ["read_file"] + ["replace_function", "bash"] * 3 + [None]
+    assert decisions[5]["arguments"]["source"] == right.rstrip() + "\n"
     assert outcome.result.metrics.task_success
 
 

@@ -241,12 +241,18 @@ def test_the_first_version_is_asked_in_the_benchmarks_own_words_and_a_rewrite_in
     source = spec_of((root / "workspace" / "solution.py").read_text(), name)
     # the def line and docstring as held, then a body that fails the examples
     first_version = f"def {name}(" + source.split(f"def {name}(", 1)[1] + body
-    outputs = ['{"path": "solution.py"}', head, first_version, '{"command": "%s"}' % TEST_COMMAND, head, first_version]
+    test_run = '{"command": "%s"}' % TEST_COMMAND
+    second_version = first_version.replace("return None", "return 0")
+    outputs = ['{"path": "solution.py"}', head, first_version, test_run, head, second_version, test_run, head, first_version]
     turns = code_turns(root, outputs)
-    assert len(turns) == 2
+    assert len(turns) == 3
     assert turns[0].messages == [{"role": "user", "content": single_shot.INSTRUCTION.format(prompt=problem.prompt.strip())}]
-    rewrite = turns[1].messages[0]["content"]
-    assert "Please provide" not in rewrite and "The tests fail" in rewrite  # the runtime's words, the failure shown
+    # failed: a first version again in the runtime's words, greedy, the stub shown and no failure
+    again = turns[1].messages[0]["content"]
+    assert "Please provide" not in again and "The tests fail" not in again and pack.task.goal in again
+    assert "as the task gave it:\n" in again and turns[1].temperature == 0.0
+    rewrite = turns[2].messages[0]["content"]  # failed too: the runtime's words, the failure shown, sampled
+    assert "Please provide" not in rewrite and "The tests fail" in rewrite and turns[2].temperature >= 1.0
 
     task = json.loads((root / "task.json").read_text())
     del task["code_prompt"]
