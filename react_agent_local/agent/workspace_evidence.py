@@ -564,8 +564,9 @@ def _stubs(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
 
 
 def is_stub(source: str) -> bool:
-    """A function still to be written: its body (after the docstring) is only ``pass``, ``...`` or
-    ``raise NotImplementedError``."""
+    """A function still to be written: its body (after the docstring, and imports before it) is only
+    ``pass``, ``...`` or ``raise NotImplementedError`` (HumanEval/115 imports ``math`` above its
+    docstring)."""
     try:
         tree = ast.parse(textwrap.dedent(source))
     except (SyntaxError, ValueError):
@@ -574,6 +575,13 @@ def is_stub(source: str) -> bool:
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    imports = next((i for i, statement in enumerate(body) if not isinstance(statement, (ast.Import, ast.ImportFrom))),
+                   len(body))
+    if 0 < imports < len(body):
+        body = body[imports:]
+        if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]  # the docstring, after the imports
     if len(body) != 1:
         return not body
     return _is_stub_statement(body[0])

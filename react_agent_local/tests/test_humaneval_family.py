@@ -271,3 +271,16 @@ def test_a_code_prompt_holds_one_code_slot():
     for bad in ("Write it", "{code} and {code}"):
         with pytest.raises(ValidationError):
             TaskSpec(**base, code_prompt=bad)
+
+
+def test_every_stub_is_seen_as_one_even_with_an_import_above_its_docstring():
+    """HumanEval/115 imports math above its docstring: its stub is still a function to be written."""
+    from agent.workspace_evidence import is_stub
+
+    for problem in all_problems():
+        text = problem.prompt.rstrip("\n") + "\n" + STUB_BODY
+        assert is_stub(text[text.index(f"def {problem.entry_point}("):]), problem.task_id
+    assert is_stub('def f(g):\n    import math\n    import os\n    """Doc."""\n    pass')
+    for written in ('def f(g):\n    import math\n    return 1', 'def f(g):\n    import math',
+                    'def f(g):\n    x = 1\n    """Doc."""\n    pass', 'def f(g):\n    """Doc."""\n    "more"\n    pass'):
+        assert not is_stub(written), written
