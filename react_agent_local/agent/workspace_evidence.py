@@ -241,7 +241,7 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any,
          and ((run.result or {}).get("files_digest") == now or (run.result or {}).get("code_digest") == code)), None)
     if change is None and not runs and change_tool == "replace_function" and _stubs(files, workspace):
         # a function still to be written fails its tests by construction: write it first
-        return function_step(files, workspace, None, observations)
+        return _first_version(function_step(files, workspace, None, observations), observations)
     if not tested and repeated is None:
         # Before the first change too: the failure names the function and the wrong value (the 0.5B,
         # asked to edit straight after reading, chose a def line and rewrote the function blind).
@@ -381,6 +381,21 @@ def _functions(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
             if source is not None:
                 found.append((path, name, source))
     return found
+
+
+def _first_version(step: Step, observations: list[Observation]) -> Step:
+    """The first version's step after the tool refused the last one (a syntax error): asked again
+    with the refusal said, in the runtime's words where the last was in the pack's (greedy: another
+    wording is another likeliest version), else sampled (the greedy 1.5B wrote HumanEval/145's
+    unbalanced ``sorted(...)`` three times, to the loop guard)."""
+    refused = [o for o in observations if not o.ok and o.tool in CHANGE_TOOLS]
+    if not refused:
+        return step
+    error = refused[-1].error
+    note = f" Your change {refused[-1].id} was refused ({error.message if error else 'refused'}): write different code."
+    if step.spec is not None and len(refused) == 1:
+        return replace(step, target=step.target + note, spec=None)
+    return replace(step, target=step.target + note, spec=None, explore=True)
 
 
 def function_step(files: list[str], workspace: Any, run: Observation | None,

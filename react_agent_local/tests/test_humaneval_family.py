@@ -284,3 +284,37 @@ def test_every_stub_is_seen_as_one_even_with_an_import_above_its_docstring():
     for written in ('def f(g):\n    import math\n    return 1', 'def f(g):\n    import math',
                     'def f(g):\n    x = 1\n    """Doc."""\n    pass', 'def f(g):\n    """Doc."""\n    "more"\n    pass'):
         assert not is_stub(written), written
+
+
+def test_a_refused_first_version_is_asked_again_in_other_words_then_sampled_never_repeated_greedily(tmp_path):
+    """The greedy 1.5B wrote HumanEval/145's unbalanced call three times, each refused, to the loop
+    guard: after a refusal the first version is asked in the runtime's words (greedy), then sampled,
+    with the refusal said."""
+    from agent.backends.scripted import ScriptedPolicy
+    from agent.contracts import Budgets
+    from agent.runtime import run_agent
+    from agent.workspace_evidence import spec_of
+
+    root = generate_packs(tmp_path, 1, 0)[0]
+    pack = TaskPack.load(root)
+    problem = next(p for p in all_problems() if p.task_id == pack.load_expected()["task_id"])
+    name = problem.entry_point
+    head = '{"path": "solution.py", "name": "%s"}' % name
+    spec = spec_of((root / "workspace" / "solution.py").read_text(), name)
+    held = f"def {name}(" + spec.split(f"def {name}(", 1)[1]
+    broken = held + "\n    return sorted(x, key=lambda y: (y, key=lambda z: z)\n"
+    right = problem.prompt + problem.canonical_solution
+    right = right[right.index(f"def {name}("):]
+    outputs = ['{"path": "solution.py"}', head, broken, head, broken, head, right,
+               '{"command": "%s"}' % TEST_COMMAND, json.dumps(f"I implemented {name} and the examples pass.")]
+    policy = ScriptedPolicy(outputs)
+    policy.code_blocks = policy.code_turns = True
+    outcome = run_agent(pack, policy, Budgets(), artifact_dir=tmp_path / "run")
+    policy.assert_complete()
+    assert outcome.result.status == "completed" and outcome.result.metrics.task_success
+    turns = [r for r in policy.requests if r.code_only]
+    assert [r.temperature for r in turns] == [0.0, 0.0, 1.0]
+    assert turns[0].messages[0]["content"].startswith("Please provide")
+    for turn in turns[1:]:
+        text = turn.messages[0]["content"]
+        assert "Please provide" not in text and pack.task.goal in text and "was refused (" in text and "write different code" in text
