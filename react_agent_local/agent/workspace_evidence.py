@@ -270,8 +270,7 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any,
     explore = repeated is not None or refused is not None or change is not None
     if change_tool == "replace_function":
         step = function_step(files, workspace, failing, observations, failed_fixes, reworded=task.code_prompt is not None)
-        explore = repeated is not None or refused is not None or (change is not None and not step.anew)
-        return replace(step, target=step.target + note, explore=explore)
+        return replace(step, target=step.target + note, explore=explore and not (step.anew and not note))
     step = _change_step(change_tool, files, workspace,
                         f"a fix that makes the tests pass ({failing.id} {failure_summary(failing)}).{note}")
     return replace(step, explore=explore)
