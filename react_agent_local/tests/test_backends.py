@@ -518,3 +518,50 @@ def test_real_aside_keeps_the_conversation_state_once_and_restores_it(real_polic
     again = real_policy.generate(conversation)
     assert again.cached_tokens >= again.input_tokens - 1  # the conversation came back whole
     assert again.text == first.text
+
+
+def _next_token_logits(policy, request: ModelRequest):
+    """The distribution of the first token after ``request``'s prompt: its last token evaluated again
+    on top of the KV cache the request left."""
+    import numpy as np
+
+    llm = policy._llm
+    tokens = policy.tokenize(policy.render_prompt(request))
+    llm._ctx.kv_cache_seq_rm(-1, len(tokens) - 1, -1)
+    llm.n_tokens = len(tokens) - 1
+    llm.eval(tokens[-1:])
+    return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).copy()
+
+
+@pytest.mark.slow
+def test_real_context_grows_with_the_conversation_and_keeps_its_state():
+    """A context made small grows when a prompt needs more: the conversation evaluated before stays in
+    the KV cache (reused, not evaluated again), and what the model writes next, and the distribution
+    it writes it from, are those of a context made at full size that saw the same prompts."""
+    import numpy as np
+
+    from agent.backends import llama_cpp as backend
+
+    short = _calc_request()
+    long_messages = [MESSAGES[0], {"role": "user", "content": MESSAGES[1]["content"] + "\n" + "Note: fine. " * 300}]
+    long = _calc_request(messages=long_messages)
+    seen = {}
+    for name, initial in (("grown", 512), ("full", backend.DEFAULT_N_CTX)):
+        policy = backend.load(locate_model(real_05b()), initial_n_ctx=initial)
+        try:
+            first = policy.generate(short)
+            size_before = policy._llm.n_ctx()
+            second = policy.generate(long)
+            need = second.input_tokens + long.max_new_tokens
+            seen[name] = (first, second, size_before, policy._llm.n_ctx(), need, _next_token_logits(policy, long))
+            assert policy.description.details["n_ctx"] == backend.DEFAULT_N_CTX  # what the runtime may fill
+        finally:
+            policy.close()
+    first, second, before, after, need, logits = seen["grown"]
+    assert before == 512 < need <= after < backend.DEFAULT_N_CTX
+    assert second.cached_tokens > 20  # the short conversation's shared start survived the move
+    assert seen["full"][2] == seen["full"][3] >= backend.DEFAULT_N_CTX
+    assert (first.text, second.text) == (seen["full"][0].text, seen["full"][1].text)
+    assert second.cached_tokens == seen["full"][1].cached_tokens
+    np.testing.assert_allclose(logits, seen["full"][5], atol=1e-3)
+    assert int(logits.argmax()) == int(seen["full"][5].argmax())

@@ -9,6 +9,8 @@ speed instead of being sampled (``forced_tokens``). The runtime appends ``reques
 Generation stops at end-of-turn, at ``max_new_tokens``, as soon as the text is one complete JSON
 value, or at the request's deadline/cancel (checked between prompt chunks and between tokens).
 
+The context starts at ``INITIAL_N_CTX`` tokens and grows (``_fit``) up to ``n_ctx`` as prompts need.
+
 KV reuse: llama-cpp-python keeps the tokens it evaluated last; the prompt prefix shared with them is
 not evaluated again and is reported as ``cached_tokens``. A fresh process restores the state of the
 system message (the same for every run with the same tools) from ``prefix_cache`` instead of
@@ -22,6 +24,7 @@ checked; the mask over the whole vocabulary is applied only when that token is n
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -36,6 +39,11 @@ from .locate import ModelLocation
 from .prefix_cache import PrefixCache, default_directory, model_identity
 
 DEFAULT_N_CTX = 8192
+#: The context a model starts with. llama.cpp allocates and clears the KV cache for the whole context
+#: when the context is made, so all of it is resident from the start; a context that starts small and
+#: grows when a prompt needs more (``LlamaCppPolicy._fit``) holds for a short run a quarter of the
+#: 8192 tokens' cache (the 0.5B's 72 MiB, the 1.5B's 171 MiB).
+INITIAL_N_CTX = 2048
 PREFILL_CHUNK = 128  # prompt tokens per decode call; deadline/cancel is checked between chunks
 #: The largest batch a decode call takes: a prefill chunk, or a sampled token with the tokens the
 #: grammar forces after it and a draft (kept under half of it). llama.cpp sizes its compute buffers by it.
@@ -109,7 +117,8 @@ class LlamaCppPolicy(ContinuationPolicy):
     code_turns = True  # ... written in a code turn of its own, beside the conversation's cached prompt
 
     def __init__(self, loc: ModelLocation, device: str = "auto", dtype: str = "auto",
-                 n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None):
+                 n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
+                 initial_n_ctx: int = INITIAL_N_CTX):
         llama_cpp = _import_llama_cpp()
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -122,7 +131,7 @@ class LlamaCppPolicy(ContinuationPolicy):
         # file's pages stay resident beside that copy (peak RSS about twice the file), read() does not.
         try:
             self._llm = llama_cpp.Llama(
-                model_path=str(loc.path), n_ctx=n_ctx, n_threads=self.n_threads,
+                model_path=str(loc.path), n_ctx=max(1, min(n_ctx, initial_n_ctx)), n_threads=self.n_threads,
                 n_threads_batch=self.n_threads, n_gpu_layers=0 if device == "cpu" else -1,
                 n_batch=N_BATCH, type_k=KV_TYPE_K, use_mmap=device != "cpu", verbose=False,
             )
@@ -131,7 +140,7 @@ class LlamaCppPolicy(ContinuationPolicy):
                                    f"({type(exc).__name__}: corrupt, truncated or unsupported GGUF)",
                                    code="weights_unreadable") from None
         self.load_ms = (time.perf_counter() - started) * 1000
-        self.n_ctx = self._llm.n_ctx()
+        self.n_ctx = n_ctx  # the most the context grows to; ``self._llm.n_ctx()`` is its size now
         meta = self._llm.metadata
         template = meta.get("tokenizer.chat_template")
         if not template:
@@ -152,7 +161,7 @@ class LlamaCppPolicy(ContinuationPolicy):
         except ModelUnavailable:
             self.close()
             raise
-        self._prefix_cache = _open_prefix_cache(llama_cpp, self._llm, loc.path)
+        self._prefix_cache = _open_prefix_cache(llama_cpp, self._llm, loc.path, n_ctx)
         _return_freed_memory()  # the loader's and the tokenizer bridge's garbage (~12 MiB on the 0.5B)
         self.description = ModelDescription(
             name=loc.name, backend="llama_cpp", path_hash=loc.path_hash, device=device, dtype="auto",
@@ -248,6 +257,7 @@ class LlamaCppPolicy(ContinuationPolicy):
         if budget < 1:
             raise ContextOverflow(f"the prompt has {len(tokens)} tokens; with {request.max_new_tokens} to "
                                   f"generate it exceeds the model context of {self.n_ctx} tokens")
+        self._fit(len(tokens) + budget)
         # A value after a prefix that ends at a colon starts with the space the model would write there.
         grammar, level = self._guidance.constrained(request.value_schema, lead=" " if request.prefix.endswith(":") else "",
                                                     code_field=request.code_field, code_only=request.code_only)
@@ -358,14 +368,38 @@ class LlamaCppPolicy(ContinuationPolicy):
             sampler.close()
         return done(text, finish or "length", cached, prefill_ms)
 
+    def _fit(self, need: int) -> None:
+        """Make the context hold ``need`` tokens: when it is smaller, a context twice as large (or as
+        large as needed, at most ``n_ctx``) takes its place, with the evaluated conversation's state
+        moved into it (llama.cpp's state holds the cells in use, whatever the context's size)."""
+        llm = self._llm
+        size = llm.n_ctx()
+        if need <= size:
+            return
+        import numpy as np
+        from llama_cpp import _internals
+
+        grown = min(self.n_ctx, max(need, 2 * size))
+        kept = self._snapshot() if llm.n_tokens else None
+        llm._ctx.close()  # before the larger one is made: the two caches are never resident together
+        llm.context_params.n_ctx = grown
+        llm._ctx = llm._stack.enter_context(contextlib.closing(
+            _internals.LlamaContext(model=llm._model, params=llm.context_params, verbose=False)))
+        llm._n_ctx = llm._ctx.n_ctx()
+        input_ids = np.zeros(llm._n_ctx, dtype=np.intc)
+        input_ids[:llm.n_tokens] = llm.input_ids[:llm.n_tokens]
+        llm.input_ids = input_ids
+        self._reinstate(kept)
+
     def _restore(self, tokens: list[int], static: int) -> int:
         """Load the saved state of the longest saved prefix (at most the static part); its length."""
         saved = self._prefix_cache.lookup(tokens, limit=static)
         if saved is None:
             return 0
         llm, lc = self._llm, self._llama_cpp
-        buffer = (ctypes.c_uint8 * len(saved.state)).from_buffer_copy(saved.state)
-        if lc.llama_state_set_data(llm._ctx.ctx, buffer, len(saved.state)) != len(saved.state):
+        # llama.cpp reads the state where the file's bytes already are (a copy would be a second state)
+        source = ctypes.cast(ctypes.c_char_p(saved.state), ctypes.POINTER(ctypes.c_uint8))
+        if lc.llama_state_set_data(llm._ctx.ctx, source, len(saved.state)) != len(saved.state):
             llm.reset()  # refused: whatever it left in the cache is cleared and the prompt evaluated
             llm._ctx.kv_cache_seq_rm(-1, 0, -1)
             return 0
@@ -515,7 +549,7 @@ def _truncate(llm: Any, keep: int) -> None:
         llm.n_tokens = keep
 
 
-def _open_prefix_cache(lc: Any, llm: Any, path: Path) -> PrefixCache | None:
+def _open_prefix_cache(lc: Any, llm: Any, path: Path, n_ctx: int) -> PrefixCache | None:
     """The prefix cache of this model file under this build and context, or None when disabled."""
     directory = default_directory()
     if directory is None:
@@ -526,7 +560,7 @@ def _open_prefix_cache(lc: Any, llm: Any, path: Path) -> PrefixCache | None:
         return None
     build = lc.llama_print_system_info().decode("utf-8", "replace")
     key = json_key(model=identity, llama_cpp=getattr(lc, "__version__", "?"), build=build,
-                   n_ctx=llm.n_ctx(), n_batch=llm.n_batch, type_k=KV_TYPE_K)
+                   n_ctx=n_ctx, n_batch=llm.n_batch, type_k=KV_TYPE_K)
     return PrefixCache(directory, key)
 
 
