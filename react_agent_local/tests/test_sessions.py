@@ -579,6 +579,36 @@ def test_a_session_of_many_small_turns_is_folded_turn_by_turn_and_stays_answerab
         assert [line.split("'")[1] for line in ledger[1:]] == names[:len(ledger) - 1]  # oldest first, none twice
 
 
+def test_a_ledger_over_its_target_has_its_oldest_lines_shortened_and_keeps_every_id():
+    """Once every turn but the latest is folded, the ledger is what keeps growing: its oldest lines are
+    made shorter (the question's first sentence, the answer's start, the cited ids) until the
+    conversation is under its target; the newest lines stay whole."""
+    boiler = " Look it up and answer with its value, citing the evidence."
+    wordy = ", as the observation shows, and this answer goes on for a while about where it was found" * 2
+    pairs = [(f"TASK: What is the value of fact {n}?{boiler}\n\nOBSERVATIONS (written by the runtime):\n"
+              f"[obs-lookup_fact-{n}] lookup_fact ok: fact {n} = {1000 + n}",
+              json.dumps({"type": "final", "answer": f"Fact {n} is {1000 + n}{wordy}.",
+                          "evidence_ids": [f"obs-lookup_fact-{n}"]})) for n in range(1, 21)]
+    whole = compaction_module.fold_turns(pairs, compaction_module.Budget(
+        tokens=10**6, chars=10**6, count=compaction_module.approx_tokens), 1.0, 1)
+    assert whole == pairs  # under the target: nothing folded
+    budget = compaction_module.Budget(tokens=10**6, chars=6000, count=compaction_module.approx_tokens)
+    folded = compaction_module.fold_turns(pairs, budget, 1.0, 1)
+    assert len(folded) == 1 and not budget.over(budget.size(folded))
+    ledger = folded[0][0].split("\n\nTASK: ")[0].splitlines()[1:]
+    assert len(ledger) == 19
+    tight = [line for line in ledger if "Look it up" not in line]
+    assert 0 < len(tight) < len(ledger) and ledger[:len(tight)] == tight  # the oldest, in order
+    for n, line in enumerate(ledger, start=1):
+        assert f"fact {n}?" in line and f"is {1000 + n}" in line and f"[cited obs-lookup_fact-{n}]" in line
+    assert all(len(line) < 200 for line in tight) and all(len(line) > 300 for line in ledger[len(tight):])
+    assert compaction_module.tight_line(tight[0]) == tight[0]
+    ended = ("- asked: What is fact 3? Look it up. | this turn ended without an answer: loop_detected | "
+             "[obs-lookup_fact-7] lookup_fact ok: fact 3 = 1003 | [obs-lookup_fact-8] lookup_fact ok: fact 4 = 1004")
+    assert compaction_module.tight_line(ended) == ("- asked: What is fact 3? | this turn ended without an answer: "
+                                                   "loop_detected [observations obs-lookup_fact-7, obs-lookup_fact-8]")
+
+
 def test_the_handoff_grammar_comes_from_its_model():
     assert HANDOFF_SCHEMA["required"] == ["goal", "found", "decided", "left"]
     assert HANDOFF_SCHEMA["additionalProperties"] is False and "$defs" not in json.dumps(HANDOFF_SCHEMA)

@@ -25,7 +25,9 @@ It tries, in order:
    writes: one line per turn with its question, its answer as the model wrote it and the ids it
    cited (a turn without an answer lists its Observations' digests). The ledger goes before the first
    turn kept; a later fold adds to it. Lookups are shorter than their digests, so a session of many
-   small turns is shortened only this way;
+   small turns is shortened only this way. When the ledger itself keeps the conversation over the
+   target (every turn but the latest folded), its oldest lines are made shorter, oldest first
+   (``tight_line``: the question's first sentence, the answer's start, every cited id kept);
 4. ``unchanged``: nothing left to fold; the next turn runs with the conversation as it is.
 
 The stages that ran are joined by ``+`` in ``method`` (``summary+turns``, ``digests+turns``). A
@@ -68,6 +70,9 @@ FOLD_HEADING = ("EARLIER TURNS, folded by the runtime (each turn's question and 
 FOLD_QUESTION_CHARS = 100
 FOLD_ANSWER_CHARS = 300
 FOLD_OBSERVATIONS = 3  # digests listed for a folded turn that ended without an answer
+#: a ledger line made shorter when the ledger itself keeps the conversation over its target
+TIGHT_QUESTION_CHARS = 70
+TIGHT_ANSWER_CHARS = 90
 #: a summary that ended this way will end so again: the session asks for none after it
 SUMMARY_GIVEN_UP = frozenset({"summary_timeout", "summary_deadline", "summary_skipped"})
 
@@ -504,4 +509,51 @@ def fold_turns(pairs: list[tuple[str, str]], budget: Budget, share: float, keep:
         head = "\n\n".join([*blocks_now, "\n".join([FOLD_HEADING, *ledger_now])])
         pairs[0] = (head + "\n\n" + first_turn, pairs[0][1])
         blocks, ledger = [], []
+    if pairs and budget.over(budget.size(pairs), share):
+        pairs = _tighten_ledger(pairs, budget, share)
     return pairs
+
+
+def _tighten_ledger(pairs: list[tuple[str, str]], budget: Budget, share: float) -> list[tuple[str, str]]:
+    """Shorten the first kept turn's ledger lines (``tight_line``), oldest first, until the
+    conversation is under ``share`` of the budget or every line is short."""
+    blocks, lines, turn = _parts(pairs[0][0])
+    pairs = list(pairs)
+    for i, line in enumerate(lines):
+        tight = tight_line(line)
+        if tight == line:
+            continue
+        lines[i] = tight
+        head = "\n\n".join([*blocks, "\n".join([FOLD_HEADING, *lines])])
+        pairs[0] = (head + "\n\n" + turn, pairs[0][1])
+        if not budget.over(budget.size(pairs), share):
+            break
+    return pairs
+
+
+def _first_sentence(text: str, limit: int) -> str:
+    """The text up to its first sentence end (``?``, ``!`` or ``.`` before a space), at most ``limit``."""
+    text = text.removesuffix("…")
+    for i, char in enumerate(text[:limit]):
+        if char in "?!." and text[i + 1:i + 2] in (" ", ""):
+            return text[:i + 1]
+    return _short(text, limit)
+
+
+def tight_line(line: str) -> str:
+    """A ledger line (``ledger_line``) made short: the question's first sentence, the start of the
+    answer (or how the turn ended), and every id it cited or listed; a short line stays as it is."""
+    if not line.startswith("- asked: "):
+        return line
+    question, _, rest = line.removeprefix("- asked: ").partition(" | ")
+    short = f"- asked: {_first_sentence(question, TIGHT_QUESTION_CHARS)}"
+    if rest.startswith("answered: "):
+        answer, mark, cited = rest.removeprefix("answered: ").rpartition(" [cited ")
+        if not mark:
+            answer, cited = rest.removeprefix("answered: "), ""
+        short += f" | answered: {_short(answer, TIGHT_ANSWER_CHARS)}" + (f" [cited {cited}" if cited else "")
+    elif rest:
+        how, *shown = rest.split(" | ")
+        ids = [part[1:part.index("]")] for part in shown if part.startswith("[") and "]" in part]
+        short += f" | {_short(how, TIGHT_ANSWER_CHARS)}" + (f" [observations {', '.join(ids)}]" if ids else "")
+    return short if len(short) < len(line) else line
