@@ -468,6 +468,12 @@ def _parts(user: str) -> tuple[list[str], list[str], str]:
     return blocks, ledger, user[start:]
 
 
+def _carried(blocks: list[str], ledger: list[str], turn: str) -> str:
+    """A kept turn's user text carrying what went before it: the blocks (a handoff summary), then the
+    ledger under its heading, then the turn itself (``TASK: ...``); the inverse of ``_parts``."""
+    return "\n\n".join([*blocks, "\n".join([FOLD_HEADING, *ledger]), turn])
+
+
 def _short(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
@@ -505,9 +511,7 @@ def fold_turns(pairs: list[tuple[str, str]], budget: Budget, share: float, keep:
         blocks += more_blocks
         ledger += more_lines + [ledger_line(turn, model)]
         first_blocks, first_lines, first_turn = _parts(pairs[0][0])
-        blocks_now, ledger_now = blocks + first_blocks, ledger + first_lines
-        head = "\n\n".join([*blocks_now, "\n".join([FOLD_HEADING, *ledger_now])])
-        pairs[0] = (head + "\n\n" + first_turn, pairs[0][1])
+        pairs[0] = (_carried(blocks + first_blocks, ledger + first_lines, first_turn), pairs[0][1])
         blocks, ledger = [], []
     if pairs and budget.over(budget.size(pairs), share):
         pairs = _tighten_ledger(pairs, budget, share)
@@ -524,8 +528,7 @@ def _tighten_ledger(pairs: list[tuple[str, str]], budget: Budget, share: float) 
         if tight == line:
             continue
         lines[i] = tight
-        head = "\n\n".join([*blocks, "\n".join([FOLD_HEADING, *lines])])
-        pairs[0] = (head + "\n\n" + turn, pairs[0][1])
+        pairs[0] = (_carried(blocks, lines, turn), pairs[0][1])
         if not budget.over(budget.size(pairs), share):
             break
     return pairs
