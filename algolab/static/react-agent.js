@@ -839,7 +839,11 @@
           set('observation', ok ? 'done' : 'failed');
           break;
         }
-        case 'final.validated': set('final', e.accepted ? 'done' : 'failed'); break;
+        case 'version.trial':
+        return row(e.passed ? 'obs' : 'bad', '版本试跑', el('span', { text: '第 ' + e.trial + ' 个抽样版本（' +
+          String(e.function || '') + (e.lines ? '，' + e.lines + ' 行' : '') + '）' + (e.refused ? ' → 未试跑：' + (e.summary || '')
+            : '：在工作区副本上写入并运行测试 → ' + (e.passed ? '测试通过，写入这一版' : '未通过（' + (e.summary || '') + '）')) }));
+      case 'final.validated': set('final', e.accepted ? 'done' : 'failed'); break;
         case 'run.finished': {
           for (const k of Object.keys(st)) if (st[k] === 'active') st[k] = e.status === 'completed' ? 'done' : 'failed';
           if (e.stop_reason === 'model_unavailable' && st.load !== 'done') st.load = 'failed';

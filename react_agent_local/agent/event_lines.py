@@ -65,6 +65,12 @@ def format_event(e: dict[str, Any]) -> str | None:
         outcome = "the tests passed" if e["passed"] else f"failed ({_short(e['summary'], 100)})"
         cut = " (the fix as written cut where it stopped parsing)" if e.get("written") else ""
         return head + f"fix trial {e['trial']} of {e['function']} on a scratch copy{cut}: {outcome}, {e['duration_ms'] / 1000:.2f}s"
+    if t == "version.trial" and e.get("refused"):
+        return head + f"version {e['trial']} of {e['function']} not tried: {_short(e['summary'], 100)}"
+    if t == "version.trial":
+        outcome = "the tests passed" if e["passed"] else f"failed ({_short(e['summary'], 100)})"
+        return (head + f"version {e['trial']} of {e['function']} ({e.get('lines', '?')} lines) on a scratch copy: "
+                f"{outcome}, {e['duration_ms'] / 1000:.2f}s")
     if t == "approval.decided":
         return head + f"bash graded {e['level']} ({_short(e['reason'], 80)}): {e['decision']} ({e['by']})"
     if t == "run.finished":

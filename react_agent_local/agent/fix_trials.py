@@ -258,7 +258,7 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
             if not wider:
                 break
             wider -= 1
-        probe = _with(branch, diagnosis=trial.schema(failed, only=only))
+        probe = narrowed_with(branch, diagnosis=trial.schema(failed, only=only))
         try:
             decision = read(probe, propose(probe, n > 1 and only is None))
         except DecisionError:
@@ -282,7 +282,7 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
              named=only is not None, refused=refusal is not None, **outcome.public(),
              **({"written": written[1]} if written and written[1] != fix else {}))
         if outcome.passed:
-            return replace(_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
+            return replace(narrowed_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
                            trial=None), failed
         if fix not in failed:
             failed.append(fix)
@@ -290,10 +290,10 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
             sweep = [line for line in trial.lines() if line != wrong]
     if not failed:
         return replace(branch, trial=None), failed
-    return replace(_with(branch, diagnosis=trial.schema(failed)), trial=None), failed
+    return replace(narrowed_with(branch, diagnosis=trial.schema(failed)), trial=None), failed
 
 
-def _with(branch: Any, **schemas: dict[str, Any]) -> Any:
+def narrowed_with(branch: Any, **schemas: dict[str, Any]) -> Any:
     """``branch`` with these arguments' narrowed schemas replaced (added where it had none)."""
     narrowed = [(name, schemas.get(name, schema)) for name, schema in branch.narrowed]
     narrowed += [(name, schema) for name, schema in schemas.items() if name not in dict(branch.narrowed)]

@@ -44,6 +44,7 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
     if step is not None:
         return Branch("action", tool=step.tool, target=step.target, narrowed=step.narrowed, drafts=step.drafts,
                       code_field=step.code_field, explore=step.explore, trial=step.trial, spec=step.spec,
+                      versions=step.versions,
                       summary=_summary(task, tools, step.tool))
     for tool in (task.required_tools if task.workspace is None else ()):
         items = task.subgoals.get(tool)

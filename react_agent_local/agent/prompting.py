@@ -151,6 +151,9 @@ class Branch:
     #: a diagnosis the runtime may try before the code is written (``workspace_evidence.FixTrial``,
     #: ``fix_trials.py``); never part of the prompt
     trial: Any = None
+    #: (path, name) of a function written from its docstring whose sampled versions the runtime may
+    #: try before one is written (``version_trials.py``); never part of the prompt
+    versions: tuple[str, str] | None = None
 
     @property
     def prefix(self) -> str:

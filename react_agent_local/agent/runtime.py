@@ -43,6 +43,8 @@ from .step_evidence import StepEvidence, premature, step_evidence
 from .tool_batch import Batch, Call, plan
 from .tools import WORKSPACE_TOOLS, ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError
 from .trace import Trace
+from .version_trials import settle as settle_versions
+from .version_trials import written_versions
 from .workspace import WorkspaceOptions, WorkspaceUnavailable
 from .workspace import bind as bind_workspace
 from .workspace_evidence import action_state
@@ -148,6 +150,8 @@ class Run:
                 self.trace.emit("budget", "run", self.step, remaining=self._remaining())
                 if branch.trial is not None:                                      # a diagnosis tried first
                     branch = self._try_fixes(branch)
+                elif branch.versions is not None and branch.explore:              # sampled versions tried first
+                    branch = self._try_versions(branch)
                 decision = self._decide(branch)                                   # generate, parse, repair
                 if isinstance(decision, FinalDecision):
                     if self._accept_final(decision):                              # evidence gate + claims
@@ -246,8 +250,20 @@ class Run:
         self._failed_fixes += [(branch.trial.path, branch.trial.name, fix) for fix in failed]
         return settled
 
+    def _try_versions(self, branch: Branch) -> Branch:
+        """The step's sampled versions tried on a scratch copy before one is written (``version_trials.py``)."""
+        scratch = Scratch.open(self.ctx) if getattr(self.policy, "proposes_arguments", False) else None
+        if scratch is None:
+            return replace(branch, versions=None)
+        path, name = branch.versions
+        failed = written_versions(self.observations, self.ctx.workspace, path, name)
+        with scratch:
+            return settle_versions(branch, lambda probe: self._generate(probe, 0, None, aside=True),
+                                   lambda probe, candidate: decision_of(probe, candidate, self.tools.names), scratch,
+                                   self._tool_event, failed, deadline=self.deadline, cancel=self.cancel)
+
     def _generate(self, branch: Branch, attempt: int, repair_error: str | None, *, arguments_only: bool = False,
-                  wider: bool = False) -> Candidate:
+                  wider: bool = False, aside: bool = False) -> Candidate:
         call = ModelCall(self.trace, self.step, attempt)
         sampling = self.sampling.for_call(self.usage.model_calls)
         if wider:  # a trial's fix failed: the next one is drawn more widely
@@ -262,11 +278,9 @@ class Run:
             candidate = call.propose(self.policy, request, self.usage)
         except ModelUnavailable as exc:
             raise _Stop(exc.stop_reason, ToolErrorInfo(code=exc.code, message=exc.message)) from None
-        if arguments_only:  # a trial's probe: no turn of the conversation
-            self._check_time_and_tokens()
-            return candidate
-        self._turn = request.turn() if candidate.decision is None else None
-        self._turn_compacts = candidate.decision is None and request.compacts()
+        if not (arguments_only or aside):  # a trial's probe or draw is no turn of the conversation
+            self._turn = request.turn() if candidate.decision is None else None
+            self._turn_compacts = candidate.decision is None and request.compacts()
         if candidate.finish_reason == "cancelled" or self.cancel.is_set():
             raise _Stop("cancelled")
         if candidate.finish_reason == "deadline":

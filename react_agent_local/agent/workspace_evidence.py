@@ -74,6 +74,9 @@ class Step:
     spec: str | None = None
     #: a first version asked again, in the runtime's words, after the pack's words' version failed: greedy
     anew: bool = False
+    #: (path, name) of the one function this step writes from its docstring: its sampled versions can
+    #: be tried before one is written (``version_trials.py``)
+    versions: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,9 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any,
         # Before the first change too: the failure names the function and the wrong value (the 0.5B,
         # asked to edit straight after reading, chose a def line and rewrote the function blind).
         return Step("bash", "a run of the tests after the last change" if change else "a run of the tests to see what fails",
-                    narrowed=(("command", {"const": task.workspace.test_command}),))
+                    # the timeout too: a call the grammar fixes whole is written without the model
+                    # reading its prompt (the 0.5B chose 600 s once, reading 3.6k tokens to do it)
+                    narrowed=(("command", {"const": task.workspace.test_command}), ("timeout", {"const": None})))
     failing = repeated or last_run[1]
     if change_tool is None:
         return None
@@ -503,8 +508,9 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
     first = unwritten and len(chosen) == 1 and not any(r.get("path") == paths[0] and r.get("name") == names[0]
                                                        for r in rewrites)
     spec = spec_of(workspace.read_text(paths[0]) or "", names[0]) if first else None
+    versions = (paths[0], names[0]) if unwritten and len(chosen) == 1 else None
     return Step("replace_function", target, narrowed=tuple(narrowed), drafts=drafts, code_field="source", trial=trial,
-                spec=spec, anew=anew)
+                spec=spec, anew=anew, versions=versions)
 
 
 def spec_of(text: str, name: str) -> str | None:

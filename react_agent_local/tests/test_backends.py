@@ -520,6 +520,28 @@ def test_real_aside_keeps_the_conversation_state_once_and_restores_it(real_polic
     assert again.text == first.text
 
 
+@pytest.mark.slow
+def test_real_a_value_the_grammar_fixes_whole_is_written_without_reading_the_prompt(real_policy):
+    """A call whose every argument is a const (a guided step's test run) needs no logits: its text is
+    the grammar's, nothing of its prompt is evaluated, and the KV cache keeps the last conversation."""
+    first = real_policy.generate(_calc_request())
+    held = list(real_policy._llm.input_ids[:real_policy._llm.n_tokens])
+    fixed = {"type": "object", "properties": {"expression": {"const": "(70 + 80 + 91) / 3"}},
+             "required": ["expression"], "additionalProperties": False}
+    other = [MESSAGES[0], {"role": "user", "content": "A conversation the cache has never seen. " * 40}]
+    forced = real_policy.generate(_calc_request(messages=other, value_schema=fixed))
+    assert json.loads(forced.text) == {"expression": "(70 + 80 + 91) / 3"}
+    assert forced.finish_reason == "stop" and forced.input_tokens == 0 and forced.cached_tokens == 0
+    assert forced.output_tokens == forced.forced_tokens > 0
+    assert list(real_policy._llm.input_ids[:real_policy._llm.n_tokens]) == held
+    # a free value on that prompt is read as usual and ends in the same value
+    free = real_policy.generate(_calc_request(messages=other, value_schema=fixed | {"properties": {
+        "expression": {"type": "string", "enum": ["(70 + 80 + 91) / 3", "(70 + 80) / 2"]}}}))
+    assert free.input_tokens > 100 and free.forced_tokens < free.output_tokens
+    again = real_policy.generate(_calc_request())
+    assert again.text == first.text
+
+
 def _next_token_logits(policy, request: ModelRequest):
     """The distribution of the first token after ``request``'s prompt: its last token evaluated again
     on top of the KV cache the request left."""

@@ -124,6 +124,8 @@ class LlamaCppPolicy(ContinuationPolicy):
 
         device, dtype = resolve_device_dtype(device, dtype)
         self._lock = threading.Lock()
+        #: the last aside's evaluated prompt (``_snapshot``): the next aside may share it (``generate``)
+        self._aside: tuple[list[int], Any, int] | None = None
         self.n_threads = n_threads or physical_cores()
         self.restored_tokens = 0  # prompt tokens restored from the prefix cache in this process
         started = time.perf_counter()
@@ -217,11 +219,20 @@ class LlamaCppPolicy(ContinuationPolicy):
             if self._llm is None:
                 raise ModelUnavailable(f"{self.description.name} was unloaded", code="model_unloaded")
             if not request.aside or self._llm.n_tokens == 0:
-                return self._generate(request)
+                generation = self._generate(request)
+                if generation.input_tokens:
+                    self._aside = None  # the conversation went on: a later aside starts afresh
+                return generation
             kept = self._snapshot()
             try:
+                # Asides in a row share their prompt (a step's code turn drawn again, the next step's
+                # with its own failure: ``version_trials.py``): the last one's state goes back in first,
+                # so only what differs is evaluated.
+                if self._aside is not None:
+                    self._reinstate(self._aside)
                 return self._generate(request)
             finally:
+                self._aside = self._snapshot()
                 self._reinstate(kept)
 
     def _snapshot(self) -> tuple[list[int], Any, int] | None:
@@ -257,18 +268,33 @@ class LlamaCppPolicy(ContinuationPolicy):
         if budget < 1:
             raise ContextOverflow(f"the prompt has {len(tokens)} tokens; with {request.max_new_tokens} to "
                                   f"generate it exceeds the model context of {self.n_ctx} tokens")
-        self._fit(len(tokens) + budget)
         # A value after a prefix that ends at a colon starts with the space the model would write there.
         grammar, level = self._guidance.constrained(request.value_schema, lead=" " if request.prefix.endswith(":") else "",
                                                     code_field=request.code_field, code_only=request.code_only)
+        matcher = self._guidance.matcher(grammar) if grammar is not None else None
         out: list[int] = []
         forced = drafted = restored = 0
+        # the tokens the grammar forces first: taken without sampling, so they need no logits
+        first = matcher.forced(budget) if matcher is not None else []
+        forced += len(first)
 
-        def done(text: str, reason: str, cached: int, prefill_ms: float | None) -> Generation:
-            return Generation(text=text, input_tokens=len(tokens), output_tokens=len(out),
+        def done(text: str, reason: str, cached: int, prefill_ms: float | None, read: bool = True) -> Generation:
+            return Generation(text=text, input_tokens=len(tokens) if read else 0, output_tokens=len(out),
                               latency_ms=(time.perf_counter() - started) * 1000, finish_reason=reason,
                               cached_tokens=cached, prompt_eval_ms=prefill_ms, forced_tokens=forced,
                               drafted_tokens=drafted, restored_tokens=restored, grammar=level)
+
+        whole = llm.detokenize(first, prev_tokens=tokens).decode("utf-8", errors="ignore") if first else ""
+        if first and (end := self._value_end(whole, request, matcher)) is not None:
+            # A value the grammar fixes whole (every argument a const: a guided step's test run) is
+            # written without reading the prompt: input_tokens 0, the KV cache as the last call left
+            # it. The next call reads this one's turn with its own (the 0.5B read 1-4k tokens, 10-38 s,
+            # to write a test command it could not choose, after each rewrite of HumanEval/125).
+            out.extend(first)
+            if request.on_text is not None:
+                request.on_text(whole)
+            return done(whole[:end], "stop", 0, 0.0, read=False)
+        self._fit(len(tokens) + budget)
 
         # Prefill all but the last prompt token in chunks, so a deadline or cancel can interrupt a
         # long prompt; the KV cache keeps whatever prefix this prompt shares with the previous one.
@@ -278,11 +304,14 @@ class LlamaCppPolicy(ContinuationPolicy):
             cached = 0
         llm.n_tokens = cached
         prefill_started = time.perf_counter()
-        # Nothing reused: the system message's state may be on disk, or is saved once evaluated.
-        static = self.static_prefix(request, tokens) if cached == 0 and self._prefix_cache is not None else 0
+        # Less reused than the system message (a new process, or a conversation after another one:
+        # a code turn's, or a forced call's that read nothing): its state may be on disk, or is saved
+        # once evaluated.
+        static = self.static_prefix(request, tokens) if self._prefix_cache is not None else 0
+        static = static if static > cached else 0
         if static:
-            restored = self._restore(tokens, static)
-            cached += restored
+            restored = self._restore(tokens, static, cached)
+            cached = restored or cached
             static = 0 if restored else static
         stops = sorted({static, len(tokens) - 1} - {0})
         begin = cached
@@ -300,7 +329,6 @@ class LlamaCppPolicy(ContinuationPolicy):
         reason = request.should_stop()
         if reason:
             return done("", reason, cached, prefill_ms)
-        matcher = self._guidance.matcher(grammar) if grammar is not None else None
         sampler = _Sampler(self._llama_cpp, llm, matcher, request, self._is_eog)
         drafter = _Drafter([self._tokenize_text(d) for d in request.drafts])
         text, finish = "", None
@@ -313,16 +341,9 @@ class LlamaCppPolicy(ContinuationPolicy):
             text = llm.detokenize(out, prev_tokens=tokens).decode("utf-8", errors="ignore")
             if request.on_text is not None:
                 request.on_text(text)
-            if request.code_only:
-                end = text.find(CODE_FENCE_END)
-                end = None if end < 0 else end + len(CODE_FENCE_END)
-            else:
-                end = code_block_end(text) if request.code_field is not None and matcher is not None \
-                    else complete_json_end(text)
+            end = self._value_end(text, request, matcher)
             if end is not None:
                 text = text[:end]
-                return "stop"
-            if matcher is not None and matcher.stopped:
                 return "stop"
             if len(out) >= budget:
                 return "length"
@@ -333,11 +354,9 @@ class LlamaCppPolicy(ContinuationPolicy):
         # draft of what may follow. A draft never changes what is sampled: each position is sampled
         # from the model's own logits as usual, and the draft is kept only as far as it agrees.
         pending = tokens[-1:]
-        new = matcher.forced(budget) if matcher is not None else []
-        forced += len(new)
-        if new:
-            pending += new
-            finish = take(new)
+        if first:
+            pending += first
+            finish = take(first)
         try:
             while finish is None:
                 if len(pending) > llm.n_batch // 2:  # a long forced text: evaluated on its own, in chunks
@@ -368,6 +387,21 @@ class LlamaCppPolicy(ContinuationPolicy):
             sampler.close()
         return done(text, finish or "length", cached, prefill_ms)
 
+    @staticmethod
+    def _value_end(text: str, request: ModelRequest, matcher: Any) -> int | None:
+        """Where the value ends in ``text`` (the generation's so far), or None while it goes on: a
+        code turn at its closing fence, a code block after its JSON at the block's end, else at the
+        end of one complete JSON value, or wherever the grammar allows nothing more."""
+        if request.code_only:
+            end = text.find(CODE_FENCE_END)
+            end = None if end < 0 else end + len(CODE_FENCE_END)
+        else:
+            end = code_block_end(text) if request.code_field is not None and matcher is not None \
+                else complete_json_end(text)
+        if end is None and matcher is not None and matcher.stopped:
+            return len(text)
+        return end
+
     def _fit(self, need: int) -> None:
         """Make the context hold ``need`` tokens: when it is smaller, a context twice as large (or as
         large as needed, at most ``n_ctx``) takes its place, with the evaluated conversation's state
@@ -391,10 +425,11 @@ class LlamaCppPolicy(ContinuationPolicy):
         llm.input_ids = input_ids
         self._reinstate(kept)
 
-    def _restore(self, tokens: list[int], static: int) -> int:
-        """Load the saved state of the longest saved prefix (at most the static part); its length."""
+    def _restore(self, tokens: list[int], static: int, cached: int = 0) -> int:
+        """Load the saved state of the longest saved prefix (at most the static part) when it is longer
+        than the ``cached`` tokens the KV cache holds of ``tokens``; its length (0: nothing loaded)."""
         saved = self._prefix_cache.lookup(tokens, limit=static)
-        if saved is None:
+        if saved is None or len(saved.tokens) <= cached:
             return 0
         llm, lc = self._llm, self._llama_cpp
         # llama.cpp reads the state where the file's bytes already are (a copy would be a second state)
@@ -425,6 +460,7 @@ class LlamaCppPolicy(ContinuationPolicy):
             if llm is not None:
                 llm.close()
                 self._llm = None
+            self._aside = None
 
 
 class _Sampler:
