@@ -13,8 +13,10 @@ around the code fixed as the step fixed them -- and tries each on a scratch copy
 (``fix_trials.Scratch``: the real sandbox, the task's own test command, nothing of the run's
 workspace touched). The first version the tests pass on becomes the step's Decision, its source a
 ``const`` (no code is sampled again), which the real workspace then writes and tests through the
-usual tools and evidence gate. When none passes, the last one drawn is the Decision, so the tests'
-report on it reaches the model as the next step's Observation, as before.
+usual tools and evidence gate. When none passes, the last one drawn that the tests ran on is the
+Decision (one the tool refused, a syntax error, only when no draw ran), so the tests' report on it
+reaches the model as the next step's Observation, as before (at 4468b66 the 1.5B's last draw of
+HumanEval/145 was written and refused twice: two tool calls for nothing the model had not seen).
 
 A version whose code (by syntax tree: comments and layout aside) already failed, in this step or an
 earlier one, is not run again (``refused``). Each draw is a ``version.trial`` event: its number,
@@ -68,8 +70,8 @@ def settle(branch: Any, propose: Callable[[Any], Any], read: Callable[[Any, Any]
            emit: Callable[..., Any], failed: set[str], *, deadline: float | None, cancel: Any,
            limit: int = MAX_VERSIONS) -> Any:
     """The step's branch with the version to write settled: the first of up to ``limit`` drawn
-    versions the tests pass on, else the last one drawn (the branch as it was when none could be
-    read). ``propose(branch)`` asks the policy for one whole Decision, ``read(branch, candidate)``
+    versions the tests pass on, else the last one drawn that the tests ran on, else the last one
+    the tool refused (the branch as it was when every draw failed already or could not be read). ``propose(branch)`` asks the policy for one whole Decision, ``read(branch, candidate)``
     is its Decision (a ``DecisionError``: that draw is lost, the next is asked for). ``failed``
     holds the keys (``version_key``) of versions the tests failed on; it gains this step's."""
     path, name = branch.versions
@@ -89,7 +91,8 @@ def settle(branch: Any, propose: Callable[[Any], Any], read: Callable[[Any, Any]
             outcome = TrialOutcome(False, None, 0.0, "not tried: the tests failed on this code already")
         else:
             outcome = scratch.try_source(path, name, source, deadline=deadline, cancel=cancel)
-            chosen = source
+            if outcome.exit_code is not None or chosen is None:  # one the tool refused only when none ran
+                chosen = source
         emit("version.trial", trial=n, path=path, function=name, refused=key in failed,
              lines=len(source.splitlines()), **outcome.public())
         if outcome.passed:

@@ -2,7 +2,7 @@
 generated HumanEval pack: once a function's likeliest versions failed its examples, sampled versions
 are drawn from one prompt and tried on a scratch copy before one is written; the first the tests pass
 on is written, a version that failed already is not run again, the run's workspace never holds a
-draw that failed, and with no passing draw the last one is written and tested for real."""
+draw that failed, and with no passing draw the last one the tests ran on is written and tested for real."""
 
 from __future__ import annotations
 
@@ -78,11 +78,12 @@ def test_the_first_sampled_version_the_examples_pass_on_is_written_and_a_failed_
     assert list(scratch_parent.iterdir()) == []  # every scratch copy removed
 
 
-def test_with_no_passing_draw_the_last_is_written_and_its_failure_is_the_next_observation(tmp_path, scratch_parent):
+def test_with_no_passing_draw_the_last_that_ran_is_written_and_its_failure_is_the_next_observation(tmp_path, scratch_parent):
     pack, name, held, _ = _pack(tmp_path)
     head = '{"path": "solution.py", "name": "%s"}' % name
     run = '{"command": "%s"}' % TEST_COMMAND
-    wrong = [held + f"\n    return {value}\n" for value in range(MAX_VERSIONS + 2)]
+    wrong = [held + f"\n    return {value}\n" for value in range(MAX_VERSIONS + 1)]
+    wrong.append(held + "\n    return (1,\n")  # the last draw does not parse: the one before it is written
     outputs = ['{"path": "solution.py"}', head, wrong[0], run, head, wrong[1], run]
     outputs += [x for version in wrong[2:] for x in (head, version)] + [head, run]
     outcome, policy = _run(pack, outputs, tmp_path, max_steps=7)
@@ -90,7 +91,8 @@ def test_with_no_passing_draw_the_last_is_written_and_its_failure_is_the_next_ob
     assert outcome.result.status != "completed" and not outcome.result.metrics.task_success
     trials = [e for e in outcome.events if e["type"] == "version.trial"]
     assert [t["passed"] for t in trials] == [False] * MAX_VERSIONS and not any(t["refused"] for t in trials)
-    assert version_key(_written(outcome)[-1]) == version_key(wrong[-1])
+    assert trials[-1]["exit_code"] is None and "nothing was written" in trials[-1]["summary"]
+    assert version_key(_written(outcome)[-1]) == version_key(wrong[-2])
     runs = [o for o in outcome.result.observations if o.tool == "bash"]
     assert len(runs) == 3 and runs[-1].result["exit_code"] != 0
 
