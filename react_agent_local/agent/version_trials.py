@@ -71,9 +71,10 @@ def settle(branch: Any, propose: Callable[[Any], Any], read: Callable[[Any, Any]
            limit: int = MAX_VERSIONS) -> Any:
     """The step's branch with the version to write settled: the first of up to ``limit`` drawn
     versions the tests pass on, else the last one drawn that the tests ran on, else the last one
-    the tool refused (the branch as it was when every draw failed already or could not be read). ``propose(branch)`` asks the policy for one whole Decision, ``read(branch, candidate)``
-    is its Decision (a ``DecisionError``: that draw is lost, the next is asked for). ``failed``
-    holds the keys (``version_key``) of versions the tests failed on; it gains this step's."""
+    the tool refused (the branch as it was when every draw failed already or could not be read).
+    ``propose(branch)`` asks the policy for one whole Decision, ``read(branch, candidate)`` is its
+    Decision (a ``DecisionError``: that draw is lost, the next is asked for). ``failed`` holds the
+    keys (``version_key``) of versions the tests failed on; it gains this step's."""
     path, name = branch.versions
     chosen: str | None = None
     for n in range(1, limit + 1):
@@ -88,7 +89,7 @@ def settle(branch: Any, propose: Callable[[Any], Any], read: Callable[[Any, Any]
         source = str((decision.arguments or {}).get("source") or "")
         key = version_key(source)
         if key in failed:
-            outcome = TrialOutcome(False, None, 0.0, "not tried: the tests failed on this code already")
+            outcome = TrialOutcome(False, None, 0.0, "the tests failed on this code already")
         else:
             outcome = scratch.try_source(path, name, source, deadline=deadline, cancel=cancel)
             if outcome.exit_code is not None or chosen is None:  # one the tool refused only when none ran
