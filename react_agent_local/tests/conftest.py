@@ -21,3 +21,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
+
+
+@pytest.fixture
+def scratch_parent(tmp_path, monkeypatch):
+    """The folder trial scratch copies are made in (``tempfile``'s), empty: a test can see they are removed."""
+    import tempfile
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,6 @@ from agent.fix_trials import WIDER_TRIALS, degenerate, trimmed
 from agent.packs import TaskPack
 from agent.runtime import run_agent
 from agent.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
-
-
-@pytest.fixture
-def scratch_parent(tmp_path, monkeypatch):
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 def pack_and_fix(tmp_path: Path) -> tuple[TaskPack, dict, str, str]:

@@ -7,10 +7,8 @@ draw that failed, and with no passing draw the last one the tests ran on is writ
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
-import pytest
 
 from agent.backends.scripted import ScriptedPolicy
 from agent.contracts import Budgets, Sampling
@@ -21,14 +19,6 @@ from agent.packs import TaskPack
 from agent.runtime import run_agent
 from agent.version_trials import MAX_VERSIONS, version_key, written_versions
 from agent.workspace_evidence import spec_of
-
-
-@pytest.fixture
-def scratch_parent(tmp_path, monkeypatch):
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 def _pack(tmp_path: Path):
