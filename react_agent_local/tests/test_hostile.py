@@ -377,8 +377,27 @@ def test_the_gguf_reader_has_a_time_budget(tmp_path, monkeypatch):
     model = small_gguf(tmp_path / "m.gguf", "m", sparse_total=300_000)
     assert backends.read_gguf_header(model)["metadata"]["_vocab_size"] == 300_000
     monkeypatch.setattr(headers, "MAX_GGUF_SECONDS", -1.0)
-    with pytest.raises(headers._Corrupt, match="budget"):
+    with pytest.raises(headers._Corrupt, match="s of CPU"):
         backends.read_gguf_header(model)
+
+
+def test_the_gguf_readers_time_budget_counts_its_cpu_not_its_waiting(tmp_path, monkeypatch):
+    """On cores other processes hold, a valid header waits far longer than it works: not corrupt."""
+    import agent.backends as backends
+    import agent.backends.headers as headers
+
+    model = small_gguf(tmp_path / "m.gguf", "m", sparse_total=1000)
+    monkeypatch.setattr(headers, "MAX_GGUF_SECONDS", 0.2)
+    slow_read = headers._BoundedReader.read
+
+    def waiting_read(self, n):
+        time.sleep(0.01)  # 100+ reads: over a second of waiting, a few ms of CPU
+        return slow_read(self, n)
+
+    monkeypatch.setattr(headers._BoundedReader, "read", waiting_read)
+    started = time.monotonic()
+    assert backends.read_gguf_header(model)["metadata"]["_vocab_size"] == 1000
+    assert time.monotonic() - started > 0.2  # the wall-clock budget alone would have refused it
 
 
 @contextlib.contextmanager
