@@ -555,11 +555,25 @@ def _next_token_logits(policy, request: ModelRequest):
     return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).copy()
 
 
+def _padded_request(policy, tokens_at_most: int) -> ModelRequest:
+    """The calculator request with a note that brings its prompt to at most ``tokens_at_most`` tokens
+    (the longest such note)."""
+    best = _calc_request()
+    for n in range(1, 400):
+        messages = [MESSAGES[0], {"role": "user", "content": MESSAGES[1]["content"] + "\n" + "Note: fine. " * n}]
+        request = _calc_request(messages=messages)
+        if len(policy.tokenize(policy.render_prompt(request))) > tokens_at_most:
+            return best
+        best = request
+    return best
+
+
 @pytest.mark.slow
 def test_real_context_grows_with_the_conversation_and_keeps_its_state():
-    """A context made small grows when a prompt needs more: the conversation evaluated before stays in
-    the KV cache (reused, not evaluated again), and what the model writes next, and the distribution
-    it writes it from, are those of a context made at full size that saw the same prompts."""
+    """A context made small grows when what is evaluated needs more -- a prompt, or a generation that
+    runs past the context's end -- and only to what it needs: the conversation evaluated before stays
+    in the KV cache (reused, not evaluated again), and what the model writes, and the distribution it
+    writes from, are those of a context made at full size that saw the same prompts."""
     import numpy as np
 
     from agent.backends import llama_cpp as backend
@@ -567,23 +581,31 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state():
     short = _calc_request()
     long_messages = [MESSAGES[0], {"role": "user", "content": MESSAGES[1]["content"] + "\n" + "Note: fine. " * 300}]
     long = _calc_request(messages=long_messages)
+    crossing = None  # a prompt that ends 6 tokens before the small context does: the answer crosses it
     seen = {}
     for name, initial in (("grown", 512), ("full", backend.DEFAULT_N_CTX)):
         policy = backend.load(locate_model(real_05b()), initial_n_ctx=initial)
         try:
+            crossing = crossing or _padded_request(policy, policy._llm.n_ctx() - 6)
             first = policy.generate(short)
             size_before = policy._llm.n_ctx()
+            across = policy.generate(crossing)
+            size_across = policy._llm.n_ctx()
             second = policy.generate(long)
-            need = second.input_tokens + long.max_new_tokens
-            seen[name] = (first, second, size_before, policy._llm.n_ctx(), need, _next_token_logits(policy, long))
+            seen[name] = (first, second, size_before, policy._llm.n_ctx(), across, size_across,
+                          _next_token_logits(policy, long))
             assert policy.description.details["n_ctx"] == backend.DEFAULT_N_CTX  # what the runtime may fill
         finally:
             policy.close()
-    first, second, before, after, need, logits = seen["grown"]
-    assert before == 512 < need <= after < backend.DEFAULT_N_CTX
-    assert second.cached_tokens > 20  # the short conversation's shared start survived the move
+    first, second, before, after, across, size_across, logits = seen["grown"]
+    assert across.input_tokens <= before == 512 < across.input_tokens + across.output_tokens - 1  # evaluated
+    assert 512 < size_across <= 512 + backend.GROW_AHEAD + backend.GROW_STEP  # grown mid-answer, by a step
+    assert before < second.input_tokens <= after
+    # as large as the prompt and the answer needed, not the request's whole max_new_tokens on top
+    assert after - (second.input_tokens + second.output_tokens) < backend.GROW_AHEAD + backend.GROW_STEP
+    assert second.cached_tokens > 20  # the shorter conversation's shared start survived the moves
     assert seen["full"][2] == seen["full"][3] >= backend.DEFAULT_N_CTX
-    assert (first.text, second.text) == (seen["full"][0].text, seen["full"][1].text)
+    assert (first.text, across.text, second.text) == tuple(seen["full"][i].text for i in (0, 4, 1))
     assert second.cached_tokens == seen["full"][1].cached_tokens
-    np.testing.assert_allclose(logits, seen["full"][5], atol=1e-3)
-    assert int(logits.argmax()) == int(seen["full"][5].argmax())
+    np.testing.assert_allclose(logits, seen["full"][6], atol=1e-3)
+    assert int(logits.argmax()) == int(seen["full"][6].argmax())

@@ -9,7 +9,9 @@ speed instead of being sampled (``forced_tokens``). The runtime appends ``reques
 Generation stops at end-of-turn, at ``max_new_tokens``, as soon as the text is one complete JSON
 value, or at the request's deadline/cancel (checked between prompt chunks and between tokens).
 
-The context starts at ``INITIAL_N_CTX`` tokens and grows (``_fit``) up to ``n_ctx`` as prompts need.
+The context starts at ``INITIAL_N_CTX`` tokens and grows (``_fit``) up to ``n_ctx`` as the tokens
+evaluated need: before a prompt's prefill and before each batch of a generation, never for the
+tokens a generation only may write.
 
 KV reuse: llama-cpp-python keeps the tokens it evaluated last; the prompt prefix shared with them is
 not evaluated again and is reported as ``cached_tokens``. A fresh process restores the state of the
@@ -44,6 +46,12 @@ DEFAULT_N_CTX = 8192
 #: grows when a prompt needs more (``LlamaCppPolicy._fit``) holds for a short run a quarter of the
 #: 8192 tokens' cache (the 0.5B's 72 MiB, the 1.5B's 171 MiB).
 INITIAL_N_CTX = 2048
+#: A context that must grow is made large enough for the tokens about to be evaluated and
+#: ``GROW_AHEAD`` more, rounded up to ``GROW_STEP``. Grown for a generation's whole ``max_new_tokens``
+#: and doubled, the 0.5B's default run read a 2048-token prompt into a 4096-token context to write 48
+#: tokens (the KV cache and the attention buffers of the unused half: 21 MiB of its 678 MiB peak).
+GROW_AHEAD = 256
+GROW_STEP = 512
 PREFILL_CHUNK = 128  # prompt tokens per decode call; deadline/cancel is checked between chunks
 #: The largest batch a decode call takes: a prefill chunk, or a sampled token with the tokens the
 #: grammar forces after it and a draft (kept under half of it). llama.cpp sizes its compute buffers by it.
@@ -294,7 +302,7 @@ class LlamaCppPolicy(ContinuationPolicy):
             if request.on_text is not None:
                 request.on_text(whole)
             return done(whole[:end], "stop", 0, 0.0, read=False)
-        self._fit(len(tokens) + budget)
+        self._fit(len(tokens))
 
         # Prefill all but the last prompt token in chunks, so a deadline or cancel can interrupt a
         # long prompt; the KV cache keeps whatever prefix this prompt shares with the previous one.
@@ -360,9 +368,11 @@ class LlamaCppPolicy(ContinuationPolicy):
         try:
             while finish is None:
                 if len(pending) > llm.n_batch // 2:  # a long forced text: evaluated on its own, in chunks
+                    self._fit(llm.n_tokens + len(pending))
                     llm.eval(pending[:-1])
                     pending = pending[-1:]
                 draft = drafter.propose(matcher, budget - len(out) - 1)
+                self._fit(llm.n_tokens + len(pending) + len(draft))
                 base = llm.n_tokens
                 _decode(llm, pending + draft, logits_from=len(pending) - 1)
                 kept, after = 0, []
@@ -403,9 +413,10 @@ class LlamaCppPolicy(ContinuationPolicy):
         return end
 
     def _fit(self, need: int) -> None:
-        """Make the context hold ``need`` tokens: when it is smaller, a context twice as large (or as
-        large as needed, at most ``n_ctx``) takes its place, with the evaluated conversation's state
-        moved into it (llama.cpp's state holds the cells in use, whatever the context's size)."""
+        """Make the context hold ``need`` tokens: when it is smaller, a context of ``need`` and
+        ``GROW_AHEAD`` tokens (rounded up to ``GROW_STEP``, at most ``n_ctx``) takes its place, with the
+        evaluated conversation's state moved into it (llama.cpp's state holds the cells in use, whatever
+        the context's size). The generation's sampler reads the context anew at each token."""
         llm = self._llm
         size = llm.n_ctx()
         if need <= size:
@@ -413,7 +424,7 @@ class LlamaCppPolicy(ContinuationPolicy):
         import numpy as np
         from llama_cpp import _internals
 
-        grown = min(self.n_ctx, max(need, 2 * size))
+        grown = min(self.n_ctx, -(-(need + GROW_AHEAD) // GROW_STEP) * GROW_STEP)
         kept = self._snapshot() if llm.n_tokens else None
         llm._ctx.close()  # before the larger one is made: the two caches are never resident together
         llm.context_params.n_ctx = grown
@@ -481,7 +492,7 @@ class _Sampler:
 
         from llama_cpp._internals import LlamaTokenDataArray
 
-        self.lc, self.ctx, self.n_vocab = lc, llm._ctx.ctx, llm.n_vocab()
+        self.lc, self.llm, self.n_vocab = lc, llm, llm.n_vocab()
         self.matcher, self.is_eog = matcher, is_eog
         self.chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
         if request.temperature > 0:
@@ -498,7 +509,8 @@ class _Sampler:
         """The next token from the logits of the last batch's ``row``, or None when the grammar
         allows nothing (a dead end)."""
         lc = self.lc
-        token = int(lc.llama_sampler_sample(self.chain, self.ctx, row))
+        ctx = self.llm._ctx.ctx  # the context now: a generation may grow it (``LlamaCppPolicy._fit``)
+        token = int(lc.llama_sampler_sample(self.chain, ctx, row))
         if self.matcher is None:
             return token
         if self.is_eog(token) and self.matcher.accepting:
@@ -510,7 +522,7 @@ class _Sampler:
             mask = self.matcher.allowed_mask(self.n_vocab)
             if not mask.any():
                 return None
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,)).copy()
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, row), shape=(self.n_vocab,)).copy()
             logits[~mask] = -np.inf
             self.full.copy_logits(logits)
             self.full.candidates.selected = -1
