@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import statistics
 import time
@@ -25,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from agent.backends import load_policy
+from agent.evaluation.report import wilson_interval
 from agent.families.humaneval.generator import CODE_PROMPT
 from agent.families.humaneval.grading import check_solution
 from agent.families.humaneval.problems import Problem, subset
@@ -36,13 +36,10 @@ INSTRUCTION = CODE_PROMPT.replace("{code}", "{prompt}")
 _BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(?:(?:python|py)[ \t]*\n)?(.*?)```", re.S)
 
 
-def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = passed / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (centre - half, centre + half)
+def wilson(passed: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson interval (the evaluation report's, within 0-1); NaN for no problems."""
+    interval = wilson_interval(passed, n)
+    return interval if interval is not None else (float("nan"), float("nan"))
 
 
 def read_report(out: Path | None) -> dict[str, dict]:
