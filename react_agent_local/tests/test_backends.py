@@ -569,14 +569,27 @@ def _padded_request(policy, tokens_at_most: int) -> ModelRequest:
 
 
 @pytest.mark.slow
-def test_real_context_grows_with_the_conversation_and_keeps_its_state():
+@pytest.mark.parametrize("parked", ["in a file", "in memory"])
+def test_real_context_grows_with_the_conversation_and_keeps_its_state(parked, tmp_path, monkeypatch):
     """A context made small grows when what is evaluated needs more -- a prompt, or a generation that
     runs past the context's end -- and only to what it needs: the conversation evaluated before stays
     in the KV cache (reused, not evaluated again), and what the model writes, and the distribution it
-    writes from, are those of a context made at full size that saw the same prompts."""
+    writes from, are those of a context made at full size that saw the same prompts. The state waits
+    in a scratch file while the context is made anew, removed afterwards; where no file can be made,
+    in memory."""
     import numpy as np
 
     from agent.backends import llama_cpp as backend
+
+    scratch = tmp_path / "scratch"
+    monkeypatch.setattr(backend, "scratch_folder", lambda: scratch)
+    if parked == "in memory":
+        scratch.parent.mkdir(parents=True, exist_ok=True)
+        scratch.write_text("a file where the folder should be")  # mkdir and mkstemp both fail
+    saved = []
+    real_save = backend.LlamaCppPolicy._lc_save
+    monkeypatch.setattr(backend.LlamaCppPolicy, "_lc_save",
+                        lambda self, path: saved.append(path) or real_save(self, path))
 
     short = _calc_request()
     long_messages = [MESSAGES[0], {"role": "user", "content": MESSAGES[1]["content"] + "\n" + "Note: fine. " * 300}]
@@ -609,3 +622,7 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state():
     assert second.cached_tokens == seen["full"][1].cached_tokens
     np.testing.assert_allclose(logits, seen["full"][6], atol=1e-3)
     assert int(logits.argmax()) == int(seen["full"][6].argmax())
+    if parked == "in a file":
+        assert len(saved) >= 2 and list(scratch.iterdir()) == []  # used for each move, then removed
+    else:
+        assert saved == [] and scratch.is_file()
