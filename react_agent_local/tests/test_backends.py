@@ -11,6 +11,8 @@ import json
 import os
 import re
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -198,6 +200,23 @@ def test_truncated_gguf_is_model_unavailable(tmp_path):
     (tmp_path / "garbage.gguf").write_bytes(b"GGUF" + struct.pack("<I", 3) + os.urandom(2000))
     _, err = _refusal(str(tmp_path / "garbage.gguf"))
     assert err.code == "weights_unreadable"
+
+
+@pytest.mark.timeout(60)
+def test_tensor_extents_are_checked_with_the_type_table_of_the_ggml_that_reads_the_file(tmp_path):
+    """The block sizes come from llama-cpp-python's own ggml (a type it added is known, one it changed
+    has its new size), not from the ``gguf`` package, which a header check no longer imports."""
+    bad = synthetic_gguf(tmp_path / "cut.gguf", truncate_data=True)
+    probe = ("import sys\nfrom pathlib import Path\nfrom agent.backends.headers import _Corrupt, _ggml_type_sizes, "
+             "read_gguf_header\ntry:\n    read_gguf_header(Path(sys.argv[1]))\nexcept _Corrupt as exc:\n"
+             "    print('refused:', exc)\nt = _ggml_type_sizes()\n"
+             "print(t[0], t[1], t[12], t[14], 'gguf' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe, str(bad)], capture_output=True, text=True, timeout=50,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    # F32, F16, Q4_K and Q6_K: (elements, bytes) per block, as the GGUF format defines them
+    assert out.stdout.splitlines() == ["refused: truncated (tensor data ends past the end of the file)",
+                                       "(1, 4) (1, 2) (256, 144) (256, 210) False"]
 
 
 @pytest.mark.slow

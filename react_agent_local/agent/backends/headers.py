@@ -3,6 +3,7 @@ files -- by bytes read and by work done (a sparse GGUF declaring millions of ent
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import struct
@@ -121,11 +122,28 @@ _GGUF_KEEP_STRINGS = ("general.", "tokenizer.chat_template", "tokenizer.ggml.mod
 
 
 def _ggml_type_sizes() -> dict[int, tuple[int, int]]:
+    """Elements per block and bytes per block of each ggml tensor type, from the ggml that will read
+    the file (llama-cpp-python's own build); else from the ``gguf`` package; else none, and tensor
+    extents are not checked. (The ``gguf`` package alone costs a CLI run ~3 MiB resident.)"""
+    try:
+        from .llama_cpp import _import_llama_cpp
+
+        llama_cpp = _import_llama_cpp()  # as the backend imports it (the OpenMP setting first)
+        from llama_cpp._ggml import libggml
+
+        libggml.ggml_blck_size.argtypes = libggml.ggml_type_size.argtypes = [ctypes.c_int]
+        libggml.ggml_blck_size.restype, libggml.ggml_type_size.restype = ctypes.c_int64, ctypes.c_size_t
+        # the bindings and the library are one build: GGML_TYPE_COUNT bounds its type table
+        blocks = {t: (int(libggml.ggml_blck_size(t)), int(libggml.ggml_type_size(t)))
+                  for t in range(int(llama_cpp.GGML_TYPE_COUNT))}
+        return {t: sizes for t, sizes in blocks.items() if sizes[0] > 0}  # removed types have no block
+    except Exception:
+        pass
     try:
         from gguf.constants import GGML_QUANT_SIZES
 
         return {int(k): v for k, v in GGML_QUANT_SIZES.items()}
-    except Exception:  # the gguf package is optional; without it tensor extents are not checked
+    except Exception:
         return {}
 
 
