@@ -606,8 +606,8 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state(parked, tm
         scratch.parent.mkdir(parents=True, exist_ok=True)
         scratch.write_text("a file where the folder should be")  # mkdir and mkstemp both fail
     saved = []
-    real_save = backend.LlamaCppPolicy._lc_save
-    monkeypatch.setattr(backend.LlamaCppPolicy, "_lc_save",
+    real_save = backend.LlamaCppPolicy._park_state
+    monkeypatch.setattr(backend.LlamaCppPolicy, "_park_state",
                         lambda self, path: saved.append(path) or real_save(self, path))
 
     short = _calc_request()
@@ -645,3 +645,26 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state(parked, tm
         assert len(saved) >= 2 and list(scratch.iterdir()) == []  # used for each move, then removed
     else:
         assert saved == [] and scratch.is_file()
+
+
+@pytest.mark.slow
+def test_real_state_that_does_not_read_back_after_a_growth_is_evaluated_again(tmp_path, monkeypatch):
+    """A parked state that does not load (a full disk, a changed file) empties the cache: the next
+    prompt is evaluated in full, never continued from a wrong state; the file is removed all the same."""
+    from agent.backends import llama_cpp as backend
+
+    scratch = tmp_path / "scratch"
+    monkeypatch.setattr(backend, "scratch_folder", lambda: scratch)
+    monkeypatch.setattr(backend.LlamaCppPolicy, "_unpark_state", lambda self, path, expected: False)
+    monkeypatch.setenv("REACT_AGENT_PREFIX_CACHE", "0")  # no saved system message to restore either
+    long = _calc_request(messages=[MESSAGES[0], {"role": "user", "content": MESSAGES[1]["content"] + "\n" + "Note: fine. " * 300}])
+    policy = backend.load(locate_model(real_05b()), initial_n_ctx=512)
+    try:
+        policy.generate(_calc_request())
+        grown = policy.generate(long)
+        again = policy.generate(long)
+        assert policy._llm.n_ctx() > 512 and list(scratch.iterdir()) == []
+    finally:
+        policy.close()
+    assert grown.cached_tokens == 0 and grown.input_tokens > 512  # nothing kept from before the growth
+    assert again.cached_tokens > 512 and again.text == grown.text  # the fresh evaluation is the cache now

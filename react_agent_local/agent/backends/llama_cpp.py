@@ -429,7 +429,7 @@ class LlamaCppPolicy(ContinuationPolicy):
         with _parking() as parked:
             # The state waits in a file, not in memory: held in memory beside the old context it was the
             # 0.5B's default run's peak (+15 MiB, the state of 2048 tokens).
-            moved = parked is not None and llm.n_tokens > 0 and self._lc_save(parked)
+            moved = parked is not None and llm.n_tokens > 0 and self._park_state(parked)
             kept = self._snapshot() if llm.n_tokens and not moved else None
             llm._ctx.close()  # before the larger one is made: the two caches are never resident together
             llm.context_params.n_ctx = grown
@@ -442,18 +442,18 @@ class LlamaCppPolicy(ContinuationPolicy):
             llm.input_ids = input_ids
             if not moved:
                 self._reinstate(kept)
-            elif not self._lc_load(parked, input_ids[:n]):
+            elif not self._unpark_state(parked, input_ids[:n]):
                 self._reinstate(None)  # the file did not read back: the next prompt is evaluated in full
 
-    def _lc_save(self, path: Path) -> bool:
+    def _park_state(self, path: Path) -> bool:
         """Write the context's state and its tokens to ``path`` (llama.cpp streams it tensor by tensor)."""
         llm, lc = self._llm, self._llama_cpp
         n = llm.n_tokens
         tokens = (lc.llama_token * n)(*llm.input_ids[:n])
         return bool(lc.llama_state_save_file(llm._ctx.ctx, os.fsencode(path), tokens, n))
 
-    def _lc_load(self, path: Path, expected: Any) -> bool:
-        """Read back what ``_lc_save`` wrote; False unless it holds exactly the ``expected`` tokens."""
+    def _unpark_state(self, path: Path, expected: Any) -> bool:
+        """Read back what ``_park_state`` wrote; False unless it holds exactly the ``expected`` tokens."""
         llm, lc = self._llm, self._llama_cpp
         n = len(expected)
         tokens = (lc.llama_token * max(1, n))()
@@ -642,6 +642,7 @@ def _open_prefix_cache(lc: Any, llm: Any, path: Path, n_ctx: int) -> PrefixCache
 
 
 def scratch_folder() -> Path:
+    """Where a context's state waits while the context is made anew (``_parking``)."""
     return Path.home() / ".cache" / "react-agent-local" / "scratch"
 
 
