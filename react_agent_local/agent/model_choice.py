@@ -34,9 +34,10 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from .model_policy import ModelUnavailable
+from .paths import user_cache
 from .providers import LocalModelSpec, ModelSpec, by_prefix, provider, served_kinds
 
-MODEL_CACHE = Path(os.environ.get("REACT_AGENT_MODEL_DIR", Path.home() / ".cache" / "react-agent-local" / "models"))
+MODEL_CACHE = Path(os.environ.get("REACT_AGENT_MODEL_DIR", user_cache("models")))
 DEFAULT_MODEL_CANDIDATES = (
     "qwen2.5-coder-1.5b-gguf/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     "qwen2.5-1.5b-instruct",

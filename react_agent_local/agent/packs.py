@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .contracts import AnswerGuide, Observation, TaskSpec
-from .paths import PACKAGE_ROOT
+from .paths import PACKAGE_ROOT, user_cache
 
 #: The package whose ``__init__`` is the registry of task families (``DEFAULT_FAMILY``, ``FAMILIES``,
 #: ``answer_guide``, ``expected_checks``).
@@ -37,7 +37,7 @@ def _families() -> Any:
 PACKS_DIR = PACKAGE_ROOT / "packs"
 #: Run folders: beside the package in a checkout, else in the user's cache (site-packages is no place for them).
 DEFAULT_RUNS_DIR = (PACKAGE_ROOT / ".runs" if (PACKAGE_ROOT / "agent").is_dir()
-                    else Path.home() / ".cache" / "react-agent-local" / "runs")
+                    else user_cache("runs"))
 DEFAULT_PACK_NAME = "default"
 
 

@@ -1,7 +1,7 @@
 """Where the package's own files live: ``PACKAGE_ROOT``, the folder that holds ``prompts/``,
 ``schemas/``, the default pack and ``packs/``.
 
-It sits below every module that reads those files (``packs.py``, ``prompting.py``, ``schemas.py``),
+``user_cache`` names the folders of the user's cache. It sits below every module that reads those files (``packs.py``, ``prompting.py``, ``schemas.py``),
 so none of them imports another only to find the root.
 """
 
@@ -28,3 +28,9 @@ def _package_root() -> Path:
 
 
 PACKAGE_ROOT = _package_root()
+
+
+def user_cache(*parts: str) -> Path:
+    """A folder of the user's cache, ``~/.cache/react-agent-local/<parts>``: downloaded models, run
+    folders outside a checkout, saved prompt states, a context's state while it grows."""
+    return Path.home().joinpath(".cache", "react-agent-local", *parts)

@@ -206,17 +206,21 @@ def test_truncated_gguf_is_model_unavailable(tmp_path):
 def test_tensor_extents_are_checked_with_the_type_table_of_the_ggml_that_reads_the_file(tmp_path):
     """The block sizes come from llama-cpp-python's own ggml (a type it added is known, one it changed
     has its new size), not from the ``gguf`` package, which a header check no longer imports."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+
     bad = synthetic_gguf(tmp_path / "cut.gguf", truncate_data=True)
-    probe = ("import sys\nfrom pathlib import Path\nfrom agent.backends.headers import _Corrupt, _ggml_type_sizes, "
+    probe = ("import json, sys\nfrom pathlib import Path\nfrom agent.backends.headers import _Corrupt, _ggml_type_sizes, "
              "read_gguf_header\ntry:\n    read_gguf_header(Path(sys.argv[1]))\nexcept _Corrupt as exc:\n"
-             "    print('refused:', exc)\nt = _ggml_type_sizes()\n"
-             "print(t[0], t[1], t[12], t[14], 'gguf' in sys.modules)")
+             "    print('refused:', exc)\nprint(json.dumps(_ggml_type_sizes()))\nprint('gguf' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe, str(bad)], capture_output=True, text=True, timeout=50,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode == 0, out.stderr
-    # F32, F16, Q4_K and Q6_K: (elements, bytes) per block, as the GGUF format defines them
-    assert out.stdout.splitlines() == ["refused: truncated (tensor data ends past the end of the file)",
-                                       "(1, 4) (1, 2) (256, 144) (256, 210) False"]
+    refused, table, imported = out.stdout.splitlines()
+    assert refused == "refused: truncated (tensor data ends past the end of the file)" and imported == "False"
+    table = {int(t): tuple(sizes) for t, sizes in json.loads(table).items()}
+    # the types of the Qwen GGUFs, as the gguf package (another reader of the same format) sizes them
+    for kind in (Q.F32, Q.F16, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        assert table[int(kind)] == tuple(GGML_QUANT_SIZES[kind]), kind.name
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ files -- by bytes read and by work done (a sparse GGUF declaring millions of ent
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import struct
@@ -121,6 +122,7 @@ _GGUF_STRING, _GGUF_ARRAY = 8, 9
 _GGUF_KEEP_STRINGS = ("general.", "tokenizer.chat_template", "tokenizer.ggml.model", "tokenizer.ggml.pre")
 
 
+@functools.cache  # one table a process: it is read for every GGUF header
 def _ggml_type_sizes() -> dict[int, tuple[int, int]]:
     """Elements per block and bytes per block of each ggml tensor type, from the ggml that will read
     the file (llama-cpp-python's own build); else from the ``gguf`` package; else none, and tensor

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model_policy import CODE_FENCE_END, ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
+from ..paths import user_cache
 from .base import INSTALL_HINTS, ContextOverflow, code_block_end, complete_json_end
 from .locate import ModelLocation
 from .prefix_cache import PrefixCache, default_directory, model_identity
@@ -643,7 +644,7 @@ def _open_prefix_cache(lc: Any, llm: Any, path: Path, n_ctx: int) -> PrefixCache
 
 def scratch_folder() -> Path:
     """Where a context's state waits while the context is made anew (``_parking``)."""
-    return Path.home() / ".cache" / "react-agent-local" / "scratch"
+    return user_cache("scratch")
 
 
 @contextlib.contextmanager

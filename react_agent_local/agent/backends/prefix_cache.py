@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..paths import user_cache
+
 FORMAT = "react-agent-prefix-kv/1"
 DEFAULT_CAP_BYTES = 512 << 20
 _HEADER_LIMIT = 4096
@@ -41,7 +43,7 @@ def default_directory() -> Path | None:
         return None
     if configured:
         return Path(configured).expanduser()
-    return Path.home() / ".cache" / "react-agent-local" / "prefix-kv"
+    return user_cache("prefix-kv")
 
 
 def model_identity(path: Path) -> str:
