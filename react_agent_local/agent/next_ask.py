@@ -72,7 +72,8 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
                       "; ".join(f"{e.check.label}: the evidence gives {e.where_from()}" for e in mine if e.sources))
             return Branch("action", tool=tool, target=target or None, explore=failed and not worked, again=failed,
                           narrowed=narrowing if rejected else (),
-                          drafts=() if rejected else draft_texts(narrowing), summary=_summary(task, tools, tool))
+                          drafts=() if rejected else draft_texts(narrowing) or _worked_drafts(mine),
+                          summary=_summary(task, tools, tool))
         elif failing := evidence.failing(tool):
             # Asked again: the instruction names what the result must be, and an expectation
             # may narrow the arguments' grammar (e.g. an expression ending in a division).
@@ -81,7 +82,8 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
                      else f"; the evidence gives {first.where_from()}" if first.sources else "")
             return Branch("action", tool=tool,
                           target=first.check.label + (f" ({first.spec.hint})" if first.spec.hint else "") + where,
-                          narrowed=evidence.narrowing(tool, failing), again=True, summary=_summary(task, tools, tool))
+                          narrowed=evidence.narrowing(tool, failing), again=True, drafts=_worked_drafts(failing),
+                          summary=_summary(task, tools, tool))
     cited = tuple(dict.fromkeys(obs_id for _, obs_id in evidence.required if obs_id))
     form, numbers, bound = final_form(evidence, cited)
     return Branch("final", evidence_ids=cited, answer_form=form, numbers=numbers, bound=bound, language=language,
@@ -131,6 +133,14 @@ def final_form(evidence: StepEvidence, evidence_ids: tuple[str, ...]) -> tuple[s
     cited = [o for o in evidence.observations if o.id in evidence_ids and o.ok]
     values = [v for c in evidence.checks for v in (c.left, c.right) if v is not None] + evidence_numbers(cited)
     return guide.answer_form, number_forms(values), bound_forms(guide.answer_form, cited)
+
+
+def _worked_drafts(expectations: Any) -> tuple[str, ...]:
+    """Each expectation's expected value worked out over the evidence numbers (``(72 + 78 + 81) /
+    3``, ``check_language.worked_out``): what an expression that meets it copies, offered as a draft
+    where the expectations narrow no argument to draft instead (speed only: a draft never changes
+    what the model writes, nor is it shown)."""
+    return tuple(dict.fromkeys(e.worked for e in expectations if e.worked))
 
 
 def draft_texts(narrowing: tuple[tuple[str, Any], ...]) -> tuple[str, ...]:

@@ -282,6 +282,8 @@ class PromptState:
     code_prompt: str | None = None
     final_hints: list[str] = field(default_factory=list)
     check_lines: list[str] = field(default_factory=list)
+    #: what an answer copies from them (``check_drafts``): drafts of a final, never shown
+    check_drafts: list[str] = field(default_factory=list)
     #: the earlier model calls of this run: (the user turn, the model's Decision text) each
     history: list[tuple[str, str]] = field(default_factory=list)
     #: how many Observations and feedback lines those turns showed already
@@ -441,7 +443,8 @@ def build_prompt(state: PromptState, branch: Branch, registry: ToolRegistry,
         budget_left=tuple((k, v) for k, v in state.budget_left.items() if k in MODEL_VISIBLE_BUDGETS),
         history=tuple(state.history),
         compact=sum(len(user) + len(model) for user, model in state.history) > HISTORY_CHARS,
-        ask=ask, value_schema=branch.value_schema(registry), drafts=branch.drafts,
+        ask=ask, value_schema=branch.value_schema(registry),
+        drafts=branch.drafts + (tuple(state.check_drafts) if branch.kind != "action" else ()),
         repair=None if repair_error is None else Repair(repair_error, full_decision_schema(branch, registry)))
 
 
@@ -456,18 +459,36 @@ def guide_check_lines(guide: AnswerGuide | None,
     "64 >= 70 is False" far more reliably than it compares two numbers itself."""
     if guide is None or not guide.checks:
         return []
-    lines = []
-    for check, (label, left, op, right, holds) in zip(guide.checks, resolved):
-        if left is None or right is None:
-            continue
-        right_name = f" ({check.right_label})" if check.right_label else ""
-        lines.append(f"- {label}: {_number_text(left)} {op} {_number_text(right)} is {holds}{right_name}")
-    if guide.verdict is not None and lines and len(lines) == len(guide.checks):
-        # the verdict the pack declares (every check must hold), worked out from the lines above
-        met = all(holds for *_, holds in resolved)
-        lines.append(f"- so the verdict (every check must be True): "
-                     f"{guide.verdict.positive[0] if met else guide.verdict.negative[0]}")
+    statements, verdict = _worked_checks(guide, resolved)
+    lines = [f"- {label}: {statement}{f' ({name})' if name else ''}" for label, statement, name in statements]
+    if verdict is not None:
+        lines.append(f"- so the verdict (every check must be True): {verdict}")
     return (["Checks to state, worked out by the runtime from the observations:"] + lines) if lines else []
+
+
+def check_drafts(guide: AnswerGuide | None,
+                 resolved: list[tuple[str, float | None, str, float | None, bool | None]]) -> list[str]:
+    """What an answer copies from ``guide_check_lines``: each check's statement ("64 >= 70 is
+    False") and the verdict, offered to the backend as drafts (speed only: a draft never changes
+    what is sampled)."""
+    if guide is None or not guide.checks:
+        return []
+    statements, verdict = _worked_checks(guide, resolved)
+    return [statement for _, statement, _ in statements] + ([verdict] if verdict is not None else [])
+
+
+def _worked_checks(guide: AnswerGuide, resolved: list[tuple[str, float | None, str, float | None, bool | None]]
+                   ) -> tuple[list[tuple[str, str, str | None]], str | None]:
+    """Each check whose sides the evidence gives: (label, "64 >= 70 is False", the right side's
+    name); and the verdict the pack declares (every check must hold) once every check is worked out."""
+    statements = [(label, f"{_number_text(left)} {op} {_number_text(right)} is {holds}", check.right_label)
+                  for check, (label, left, op, right, holds) in zip(guide.checks, resolved)
+                  if left is not None and right is not None]
+    verdict = None
+    if guide.verdict is not None and statements and len(statements) == len(guide.checks):
+        met = all(holds for *_, holds in resolved)
+        verdict = guide.verdict.positive[0] if met else guide.verdict.negative[0]
+    return statements, verdict
 
 
 def _number_text(value: float) -> str:

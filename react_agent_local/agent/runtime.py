@@ -38,7 +38,8 @@ from .model_policy import EXPLORE_TEMPERATURE, Candidate, DecisionRequest, Model
 from .next_ask import decision_summary, next_ask
 from .operands import check_operands
 from .packs import TaskPack, goal_language
-from .prompting import INVALID_TURN, Branch, PromptState, guide_check_lines, model_turn, without_failed_turns
+from .prompting import (INVALID_TURN, Branch, PromptState, check_drafts, guide_check_lines, model_turn,
+                        without_failed_turns)
 from .step_evidence import StepEvidence, premature, step_evidence
 from .tool_batch import Batch, Call, plan
 from .tools import WORKSPACE_TOOLS, ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError
@@ -299,6 +300,7 @@ class Run:
             goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
             budget_left=self._remaining(), tool_hints=self.pack.task.hints, code_prompt=self.pack.task.code_prompt,
             final_hints=list(guide.hints) if guide else [], check_lines=guide_check_lines(guide, checks) if guide else [],
+            check_drafts=check_drafts(guide, checks),
             history=list(self._history), shown_observations=self._shown[0],
             shown_feedback=self._shown[1])
 

@@ -518,6 +518,34 @@ def test_real_drafts_speed_decoding_up_and_never_change_the_text(real_policy):
 
 
 @pytest.mark.slow
+def test_real_draft_goes_on_through_the_text_the_grammar_forces(real_policy, monkeypatch):
+    """An answer form's words between its slots are forced by the grammar. A draft that holds them
+    too ("81 >= 78 is True") is verified across them in the same batch, not one batch a slot; the text
+    is the model's own either way (greedy: identical)."""
+    from agent.backends import llama_cpp as backend
+
+    batches = []
+    decode = backend._decode
+    monkeypatch.setattr(backend, "_decode", lambda llm, batch, logits_from: (batches.append(len(batch)),
+                                                                             decode(llm, batch, logits_from)))
+    form = {"type": "string", "pattern": r"^Check: average [0-9]+ >= [0-9]+ is (True|False); "
+                                         r"lowest [0-9]+ >= [0-9]+ is (True|False)\.$"}
+    messages = [MESSAGES[0], {"role": "user", "content": "The average is 81 and the rule needs an average of at "
+                                                         "least 78; the lowest value is 64 and the rule needs 70. "
+                                                         "Write the check."}]
+    request = dict(messages=messages, prefix=ANSWER_PREFIX, value_schema=form, suffix="}", max_new_tokens=64)
+    plain = real_policy.generate(ModelRequest(**request))
+    plain_batches, batches[:] = len(batches), []
+    statements = re.findall(r"[0-9]+ >= [0-9]+ is (?:True|False)", plain.text)
+    assert len(statements) == 2, plain.text
+    drafted = real_policy.generate(ModelRequest(**request, drafts=tuple(statements)))
+    assert drafted.text == plain.text and plain.drafted_tokens == 0
+    assert drafted.drafted_tokens >= 6, drafted
+    # a batch for each statement, one to begin and one to end (a batch a slot was 6 here, plain 14)
+    assert len(batches) <= len(statements) + 2 < plain_batches, (batches, plain_batches)
+
+
+@pytest.mark.slow
 def test_real_aside_keeps_the_conversation_state_once_and_restores_it(real_policy):
     """An aside (a code turn) keeps the conversation's KV state while it runs and puts it back. The
     state is held once, in the buffer llama.cpp wrote (a long conversation's state is ~100 MB on the

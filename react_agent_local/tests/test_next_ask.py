@@ -67,6 +67,17 @@ def test_a_result_that_fails_an_expectation_is_asked_again_with_its_hint_and_nar
     assert "the latest calculator result" in " ".join(premature(evidence, ["obs-knowledge_search-1"], PACK.task, None))
 
 
+def test_the_expected_value_worked_out_over_the_evidence_is_a_draft_of_the_expression():
+    """Speed only (a draft never changes what is sampled): the calculator's expression as the
+    evidence's numbers give it, on the first ask and on an ask after a wrong result."""
+    worked = f"({' + '.join(str(v) for v in BATCHES.values())}) / {len(BATCHES)}"
+    branch, _ = ask([searched()])
+    assert (branch.kind, branch.tool, branch.drafts) == ("action", "calculator", (worked,))
+    assert "+" not in (branch.target or "")  # never shown to the model on the first ask
+    branch, _ = ask([searched(), averaged(value=sum(BATCHES.values()))])
+    assert branch.drafts == (worked,)
+
+
 def test_with_every_required_observation_the_final_is_asked_with_its_evidence_and_form():
     branch, evidence = ask([searched(), averaged(), plotted()])
     assert branch.kind == "final" and evidence.ready and not evidence.failing()

@@ -526,6 +526,21 @@ def test_a_chart_without_its_average_line_is_drawn_again(tmp_path):
     assert outcome.result.stop_reason == "completed" and outcome.result.metrics.task_success is True
 
 
+def test_the_final_is_drafted_with_the_checks_worked_out_and_the_calculator_with_its_expression(tmp_path):
+    """Drafts (speed only) where the model copies what the runtime worked out: the calculator's
+    expression over the observed numbers, the final's check statements and verdict."""
+    outcome, policy = run_scripted(chain(), tmp_path)
+    data = outcome.result.observations[0].result["data"]
+    values, rule = list(data["batches"].values()), data["release_rule"]
+    average, low = sum(values) / len(values), min(values)
+    assert policy.requests[1].drafts == (f"({' + '.join(map(str, values))}) / {len(values)}",)
+    meets = average >= rule["average_gte"] and low >= rule["every_batch_gte"]
+    assert policy.requests[3].drafts == (f"{average:g} >= {rule['average_gte']} is {average >= rule['average_gte']}",
+                                         f"{low} >= {rule['every_batch_gte']} is {low >= rule['every_batch_gte']}",
+                                         "meets the release rule" if meets else "does not meet the release rule")
+    assert not any(policy.requests[1].drafts[0] in m["content"] for m in policy.requests[1].messages)  # never shown
+
+
 def test_a_rejected_chart_is_asked_again_with_the_observed_groups(tmp_path):
     """The 0.5B drew 4 labels with 1 value, was refused, and wrote the same chart until the loop guard."""
     outputs = chain()
@@ -540,7 +555,7 @@ def test_a_rejected_chart_is_asked_again_with_the_observed_groups(tmp_path):
     # ... though the first ask offers them as a draft (decoding speed only), in the model's JSON layout
     assert f'"labels": {json.dumps(list(batches))}' in policy.requests[2].drafts
     assert f'"values": {json.dumps(list(batches.values()))}' in policy.requests[2].drafts
-    assert policy.requests[3].drafts == ()
+    assert policy.requests[3].drafts == ()  # narrowed to the groups instead
     narrowed = policy.requests[3].value_schema["properties"]
     assert narrowed["labels"] == {"const": list(batches)} and narrowed["values"] == {"const": list(batches.values())}
     assert narrowed["average"] == {"const": outcome.result.observations[1].result["value"]}

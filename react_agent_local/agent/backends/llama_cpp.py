@@ -377,8 +377,9 @@ class LlamaCppPolicy(ContinuationPolicy):
                 self._fit(llm.n_tokens + len(pending) + len(draft))
                 base = llm.n_tokens
                 _decode(llm, pending + draft, logits_from=len(pending) - 1)
-                kept, after = 0, []
-                for j in range(len(draft) + 1):
+                # ``j``: the draft tokens kept so far, each sampled or forced where the draft has it
+                j, kept, after = 0, 0, []
+                while j <= len(draft):
                     token = sampler.sample(len(pending) - 1 + j)
                     if token is None or self._is_eog(token):
                         finish = "stop"
@@ -390,8 +391,15 @@ class LlamaCppPolicy(ContinuationPolicy):
                     kept = j + hit
                     finish = take([token] + more)
                     after = more if hit else [token] + more
-                    if finish is not None or not hit or more:
+                    # forced text the draft holds too was evaluated with it: the draft goes on after it
+                    # (a number slot, the answer form's words, the next slot in one batch)
+                    through = hit and more and draft[j + 1:j + 1 + len(more)] == more
+                    if through:
+                        j = kept = j + 1 + len(more)
+                        after = []
+                    if finish is not None or not hit or (more and not through):
                         break
+                    j += 0 if through else 1
                 # the KV cache keeps the prompt, what was pending and the draft as far as it was kept
                 _truncate(llm, base + len(pending) + kept)
                 pending = after
