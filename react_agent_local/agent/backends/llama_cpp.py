@@ -399,7 +399,8 @@ class LlamaCppPolicy(ContinuationPolicy):
                         after = []
                     if finish is not None or not hit or (more and not through):
                         break
-                    j += 0 if through else 1
+                    if not through:
+                        j += 1
                 # the KV cache keeps the prompt, what was pending and the draft as far as it was kept
                 _truncate(llm, base + len(pending) + kept)
                 pending = after
