@@ -173,6 +173,63 @@ def degenerate(fix: str, wrong: str = "") -> str | None:
     return None
 
 
+def unreachable(source: str | None, fix: str) -> str | None:
+    """Why the branch of the fixed line (an ``if``/``elif``/``while``) can never run, or None: its
+    condition requires (alone or under ``and``) a condition that an earlier ``if`` of the same block
+    already left the function on (no ``else``, its body ending in ``return`` or ``raise``, nothing
+    in between assigning a name that condition reads), or one an ``elif`` chain above it already
+    took. A branch no input reaches fixes nothing: at 6449cb3 the 0.5B's clamp fix `if number < low
+    and number > maximum:` below `if number < low: return low` passed the pack's few visible tests by
+    never clamping, and the runtime accepted it."""
+    line = _parse_line(fix.strip())
+    header = next((n for n in ast.walk(line) if isinstance(n, (ast.If, ast.While))), None) if line else None
+    if header is None or source is None:
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return None
+    condition = ast.unparse(header.test)
+    for block in _blocks(tree):
+        for at, stmt in enumerate(block):
+            if not (isinstance(stmt, (ast.If, ast.While)) and ast.unparse(stmt.test) == condition):
+                continue
+            required = {ast.unparse(c) for c in (stmt.test.values if isinstance(stmt.test, ast.BoolOp)
+                                                  and isinstance(stmt.test.op, ast.And) else [stmt.test])}
+            for before in range(at - 1, -1, -1):
+                guard = block[before]
+                if not (isinstance(guard, ast.If) and not guard.orelse
+                        and isinstance(guard.body[-1], (ast.Return, ast.Raise))):
+                    continue
+                if ast.unparse(guard.test) in required and not _assigned(block[before + 1:at]) & _read(guard.test):
+                    return (f"its condition needs `{ast.unparse(guard.test)}`, on which the function has already "
+                            "left above, so its branch never runs")
+    for node in ast.walk(tree):  # an elif: the If in its chain's orelse
+        if isinstance(node, ast.If) and len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+            inner = node.orelse[0]
+            if ast.unparse(inner.test) == condition:
+                required = {ast.unparse(c) for c in (inner.test.values if isinstance(inner.test, ast.BoolOp)
+                                                     and isinstance(inner.test.op, ast.And) else [inner.test])}
+                if ast.unparse(node.test) in required:
+                    return (f"its condition needs `{ast.unparse(node.test)}`, which the `if` above it already "
+                            "took, so its branch never runs")
+    return None
+
+
+def _blocks(tree: ast.AST) -> list[list[ast.stmt]]:
+    """Every statement list in ``tree`` (bodies, else branches, handlers)."""
+    return [value for node in ast.walk(tree) for field in ("body", "orelse", "finalbody")
+            if isinstance(value := getattr(node, field, None), list) and value and isinstance(value[0], ast.stmt)]
+
+
+def _assigned(statements: list[ast.stmt]) -> set[str]:
+    return {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _read(expression: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+
+
 def trimmed(trial: Any, diagnosis: str) -> str | None:
     """The diagnosis with its fix cut to the longest prefix with which ``trial``'s function parses,
     where the fix as written does not and the prefix ends where a token ends (never inside a name
@@ -275,7 +332,7 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
         # a fix too long for the grammar to exclude (``workspace_evidence.MAX_EXCLUDED_CHARS``) can
         # come back: the tests failed on it already
         refusal = ("it was tried already and the tests failed" if fix.strip() in {f.strip() for f in (*trial.tried, *failed)}
-                   else degenerate(fix, wrong))
+                   else degenerate(fix, wrong) or unreachable(source, fix))
         outcome = TrialOutcome(False, None, 0.0, "not tried: " + refusal) if refusal else \
             scratch.try_source(trial.path, trial.name, source, deadline=deadline, cancel=cancel)
         emit("fix.trial", trial=n, path=trial.path, function=trial.name, line=wrong, fix=fix,

@@ -15,7 +15,7 @@ from agent.backends.scripted import ScriptedPolicy
 from agent.contracts import Budgets
 from agent.event_lines import format_event
 from agent.families.fixtest.generator import generate_packs
-from agent.fix_trials import WIDER_TRIALS, degenerate, trimmed
+from agent.fix_trials import WIDER_TRIALS, degenerate, trimmed, unreachable
 from agent.packs import TaskPack
 from agent.runtime import run_agent
 from agent.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
@@ -263,6 +263,61 @@ def test_a_degenerate_fix_is_refused_without_a_test_run_and_the_sweep_goes_on(tm
     assert all(t["refused"] and "the wrong line again" in t["summary"] for t in trials[1:-1])
     assert not trials[-1]["refused"] and trials[-1]["passed"] is True
     assert same not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
+
+
+CLAMP = """def limit(number, low, maximum):
+    \"\"\"number limited to the range low..maximum.\"\"\"
+    if number < low:
+        return low
+    if {fixed}:
+        return maximum
+    return number"""
+
+
+@pytest.mark.parametrize("source, fix, why", [
+    (CLAMP, "if number < low and number > maximum:", "needs `number < low`, on which the function has already left"),
+    (CLAMP, "if number > maximum and number < low:", "needs `number < low`"),
+    (CLAMP, "if number < low:", "needs `number < low`"),
+    ("def f(x):\n    if x < 0:\n        y = 1\n    elif x < 0 and x > 5:\n        y = 2\n    return y",
+     "elif x < 0 and x > 5:", "which the `if` above it already took"),
+    ("def f(x):\n    if x < 0:\n        raise ValueError(x)\n    while x < 0 and x > 9:\n        x += 1\n    return x",
+     "while x < 0 and x > 9:", "on which the function has already left"),
+])
+def test_a_fix_whose_branch_can_never_run_is_named_unreachable(source, fix, why):
+    assert why in (unreachable(source.replace("{fixed}", fix[3:-1]), fix) or "")
+
+
+@pytest.mark.parametrize("source, fix", [
+    (CLAMP, "if number > maximum:"),
+    (CLAMP, "if number < low or number > maximum:"),  # `or`: the other side can hold
+    (CLAMP.replace("        return low\n", "        return low\n    number = abs(number)\n"), "if number < low and number > maximum:"),
+    (CLAMP.replace("        return low\n", "        low = 0\n"), "if number < low and number > maximum:"),  # no return
+    ("def f(x):\n    if x < 0:\n        y = 1\n    elif x > 5:\n        y = 2\n    return y", "elif x > 5:"),
+    (CLAMP, "return number"),  # no branch
+])
+def test_a_fix_whose_branch_can_run_is_not_named_unreachable(source, fix):
+    assert unreachable(source.replace("{fixed}", fix[3:-1] if fix.startswith("if ") else "number > maximum"), fix) is None
+
+
+def test_an_unreachable_fix_is_refused_without_a_test_run(tmp_path, scratch_parent):
+    """What the 0.5B wrote at 6449cb3 (fixtest-0-012, accepted but wrong): the clamp's condition
+    under the one the function already returned on, so it never clamps; the visible tests passed."""
+    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=6)[0])  # a clamp: its third line is wrong
+    expected = pack.load_expected()
+    fix, name = expected["reference_fix"], expected["function"]
+    original = (pack.root / "workspace" / fix["path"]).read_text()
+    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
+    lines = FixTrial(fix["path"], name, function).lines()
+    wrong, guard = fix["old"].strip(), lines[0]  # `if <value> < <low>:`, whose branch returns
+    assert guard.startswith("if ") and lines[1].startswith("return ") and wrong != guard
+    dead = f"if {guard[3:-1]} and {fix['new'].strip()[3:-1]}:"
+    outputs = start(pack) + [json.dumps({"path": fix["path"], "name": name, "diagnosis": diagnosis(wrong, dead)})]
+    outcome, policy, trials = sweep_to_the_fix(pack, fix, name, [line for line in lines if line != wrong] + [wrong],
+                                               outputs, lambda line: line + "  # no-op", tmp_path)
+    first = trials[0]
+    assert first["refused"] is True and first["exit_code"] is None and "never runs" in first["summary"]
+    assert not trials[-1]["refused"] and trials[-1]["passed"] is True
+    assert dead not in (tmp_path / "run" / "workspace" / fix["path"]).read_text()
 
 
 def test_a_failed_fix_too_long_for_the_grammar_to_exclude_is_not_run_again(tmp_path, scratch_parent):
