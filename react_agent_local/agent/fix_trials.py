@@ -24,8 +24,8 @@ and the failure's one line (tool output, as an Observation shows it).
 A fix that cannot change what the function does where it matters -- the wrong line again, a
 ``...`` placeholder (the 0.5B wrote both, dozens of times in one eval), a conditional whose two
 branches are the same, a comparison of a thing with itself, ``x or x``, ``x = x``, a condition
-that is a constant (``degenerate``) -- is not tried: it counts as a failed trial (``refused``) and
-is excluded like one; so is a fix the tests already failed on (one too long for the diagnosis
+that is a constant (``degenerate``), a branch that can never run (``unreachable``) -- is not
+tried: it counts as a failed trial (``refused``) and is excluded like one; so is a fix the tests already failed on (one too long for the diagnosis
 grammar to exclude can be proposed again). At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
 number if number < maximum else number``; the pack's few visible tests passed on it, and the runtime
 accepted a function that no longer clamps.
