@@ -21,8 +21,10 @@ from agent.runtime import run_agent
 from agent.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
 
 
-def pack_and_fix(tmp_path: Path) -> tuple[TaskPack, dict, str, str]:
-    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=3)[0])
+def pack_and_fix(tmp_path: Path, seed: int = 3) -> tuple[TaskPack, dict, str, str]:
+    """A generated pack (seed 3: a one-line function): the pack, its reference fix, the function's
+    name and its source."""
+    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=seed)[0])
     expected = pack.load_expected()
     fix, name = expected["reference_fix"], expected["function"]
     original = (pack.root / "workspace" / fix["path"]).read_text()
@@ -70,6 +72,12 @@ def sweep_to_the_fix(pack: TaskPack, fix: dict, name: str, sweep: list[str], out
     policy.assert_complete()
     assert outcome.result.metrics.task_success is True
     return outcome, policy, [e for e in outcome.events if e["type"] == "fix.trial"]
+
+
+def clamp_pack(tmp_path: Path) -> tuple[TaskPack, dict, str, str, list[str]]:
+    """``pack_and_fix`` of a generated clamp (its third line is wrong), and the function's blamable lines."""
+    pack, fix, name, function = pack_and_fix(tmp_path, seed=6)
+    return pack, fix, name, function, FixTrial(fix["path"], name, function).lines()
 
 
 def start(pack: TaskPack) -> list[str]:
@@ -180,12 +188,7 @@ def test_a_diagnosis_is_applied_exactly_at_the_named_lines_indentation():
 
 
 def test_after_the_models_own_line_fails_each_other_line_is_named_for_it_in_turn(tmp_path, scratch_parent):
-    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=6)[0])  # a clamp: its third line is wrong
-    expected = pack.load_expected()
-    fix, name = expected["reference_fix"], expected["function"]
-    original = (pack.root / "workspace" / fix["path"]).read_text()
-    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
-    lines = FixTrial(fix["path"], name, function).lines()
+    pack, fix, name, function, lines = clamp_pack(tmp_path)
     wrong = fix["old"].strip()
     others = [line for line in lines if line != wrong]
     assert len(others) >= 2  # the pack's function has lines enough to sweep
@@ -240,12 +243,7 @@ def test_a_fix_that_changes_something_is_not_named_degenerate(fix):
 
 
 def test_a_degenerate_fix_is_refused_without_a_test_run_and_the_sweep_goes_on(tmp_path, scratch_parent):
-    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=6)[0])  # a clamp: its third line is wrong
-    expected = pack.load_expected()
-    fix, name = expected["reference_fix"], expected["function"]
-    original = (pack.root / "workspace" / fix["path"]).read_text()
-    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
-    lines = FixTrial(fix["path"], name, function).lines()
+    pack, fix, name, function, lines = clamp_pack(tmp_path)
     wrong = fix["old"].strip()
     value = function.split("(", 1)[1].split(",", 1)[0]
     blamed = lines[lines.index(wrong) + 1]  # `return <high>`, the line after the wrong condition
@@ -302,12 +300,7 @@ def test_a_fix_whose_branch_can_run_is_not_named_unreachable(source, fix):
 def test_an_unreachable_fix_is_refused_without_a_test_run(tmp_path, scratch_parent):
     """What the 0.5B wrote at 6449cb3 (fixtest-0-012, accepted but wrong): the clamp's condition
     under the one the function already returned on, so it never clamps; the visible tests passed."""
-    pack = TaskPack.load(generate_packs(tmp_path / "packs", 1, seed=6)[0])  # a clamp: its third line is wrong
-    expected = pack.load_expected()
-    fix, name = expected["reference_fix"], expected["function"]
-    original = (pack.root / "workspace" / fix["path"]).read_text()
-    function = next(block for block in original.split("\n\n\n") if f"def {name}(" in block).strip("\n")
-    lines = FixTrial(fix["path"], name, function).lines()
+    pack, fix, name, function, lines = clamp_pack(tmp_path)
     wrong, guard = fix["old"].strip(), lines[0]  # `if <value> < <low>:`, whose branch returns
     assert guard.startswith("if ") and lines[1].startswith("return ") and wrong != guard
     dead = f"if {guard[3:-1]} and {fix['new'].strip()[3:-1]}:"
