@@ -25,8 +25,8 @@ A fix that cannot change what the function does where it matters -- the wrong li
 ``...`` placeholder (the 0.5B wrote both, dozens of times in one eval), a conditional whose two
 branches are the same, a comparison of a thing with itself, ``x or x``, ``x = x``, a condition
 that is a constant (``degenerate``), a branch that can never run (``unreachable``) -- is not
-tried: it counts as a failed trial (``refused``) and is excluded like one; so is a fix the tests already failed on (one too long for the diagnosis
-grammar to exclude can be proposed again). At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
+tried: it counts as a failed trial (``refused``) and is excluded like one; so is a fix the tests
+already failed on (one too long for the diagnosis grammar to exclude can be proposed again). At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
 number if number < maximum else number``; the pack's few visible tests passed on it, and the runtime
 accepted a function that no longer clamps.
 
@@ -194,8 +194,7 @@ def unreachable(source: str | None, fix: str) -> str | None:
         for at, stmt in enumerate(block):
             if not (isinstance(stmt, (ast.If, ast.While)) and ast.unparse(stmt.test) == condition):
                 continue
-            required = {ast.unparse(c) for c in (stmt.test.values if isinstance(stmt.test, ast.BoolOp)
-                                                  and isinstance(stmt.test.op, ast.And) else [stmt.test])}
+            required = _conjuncts(stmt.test)
             for before in range(at - 1, -1, -1):
                 guard = block[before]
                 if not (isinstance(guard, ast.If) and not guard.orelse
@@ -207,13 +206,16 @@ def unreachable(source: str | None, fix: str) -> str | None:
     for node in ast.walk(tree):  # an elif: the If in its chain's orelse
         if isinstance(node, ast.If) and len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
             inner = node.orelse[0]
-            if ast.unparse(inner.test) == condition:
-                required = {ast.unparse(c) for c in (inner.test.values if isinstance(inner.test, ast.BoolOp)
-                                                     and isinstance(inner.test.op, ast.And) else [inner.test])}
-                if ast.unparse(node.test) in required:
-                    return (f"its condition needs `{ast.unparse(node.test)}`, which the `if` above it already "
-                            "took, so its branch never runs")
+            if ast.unparse(inner.test) == condition and ast.unparse(node.test) in _conjuncts(inner.test):
+                return (f"its condition needs `{ast.unparse(node.test)}`, which the `if` above it already "
+                        "took, so its branch never runs")
     return None
+
+
+def _conjuncts(test: ast.expr) -> set[str]:
+    """The conditions ``test`` requires: the operands of an ``and``, else ``test`` itself (as source)."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    return {ast.unparse(part) for part in parts}
 
 
 def _blocks(tree: ast.AST) -> list[list[ast.stmt]]:

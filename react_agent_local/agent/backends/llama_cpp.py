@@ -395,12 +395,10 @@ class LlamaCppPolicy(ContinuationPolicy):
                     # (a number slot, the answer form's words, the next slot in one batch)
                     through = hit and more and draft[j + 1:j + 1 + len(more)] == more
                     if through:
-                        j = kept = j + 1 + len(more)
-                        after = []
+                        kept, after = j + 1 + len(more), []
                     if finish is not None or not hit or (more and not through):
                         break
-                    if not through:
-                        j += 1
+                    j = kept
                 # the KV cache keeps the prompt, what was pending and the draft as far as it was kept
                 _truncate(llm, base + len(pending) + kept)
                 pending = after
