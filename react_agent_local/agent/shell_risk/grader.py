@@ -103,7 +103,7 @@ class Grader:
 
     def cited(self, reason: str) -> str:
         part = cite(self.part)
-        return f"{reason}: `{part}`" if part and part not in reason else reason
+        return f"{reason}: `{part}`" if part and f"`{part}`" not in reason else reason
 
     # -- scripts and statements --------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ class Grader:
         self.statement(body)
         self.stdin, self.stdin_text = stdin
         for child in redirects:
-            self.part = child.text.decode(errors="replace")
+            self.part = (node if body.type == "command" else child).text.decode(errors="replace")
             self.statement(child)
 
     def loop(self, node: object) -> None:
@@ -463,7 +463,7 @@ class Grader:
             for path in self.resolved(target):
                 hazard = where.git_hazard(path)
                 if hazard is not None:
-                    self.forbid(f"{what} writes into {hazard}")
+                    self.forbid(f"{what} writes {where.shown(self.root, path)}, inside {hazard}")
                     return
 
     def nested(self, script: str, why: str) -> None:

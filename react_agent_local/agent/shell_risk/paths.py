@@ -69,6 +69,15 @@ def covers_root(root: str, path: str | None) -> bool:
     return path == "/" or path == root or root.startswith(path + "/")
 
 
+def shown(root: str, path: str | None) -> str:
+    """A resolved path as an approval card should show it: workspace-relative inside, real outside."""
+    if path is None:
+        return "a path known only when the script runs"
+    if path == root:
+        return "the workspace root"
+    return path[len(root) + 1:] if path.startswith(root + "/") else path
+
+
 def has_glob(word: str) -> bool:
     return bool(GLOB_PART.search(word))
 

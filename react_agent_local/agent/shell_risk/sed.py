@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Literal
 
+from . import paths as where
+
 if TYPE_CHECKING:
     from .grader import Grader
 
@@ -24,6 +26,10 @@ def grade_sed(g: Grader, args: list[str]) -> None:
             else:
                 g.flag("workspace_write", f"sed script {script!r} writes a file")
     if in_place:
+        files = sed_files(args)
+        g.writes(files, "sed -i")
+        if any(where.wide_glob(g.root, path) for name in files for path in g.resolved(name)):
+            g.flag("destructive", "sed -i rewrites every file a wide glob matches at the workspace root")
         g.flag("workspace_write", "sed -i edits files in place")
 
 
