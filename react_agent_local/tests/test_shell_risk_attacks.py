@@ -102,6 +102,7 @@ WIDE: list[tuple[str, str]] = [
     ("python3 -c \"import os; os.system('rm -rf .')\"", "destructive"),
     ("python3 -c \"import subprocess; subprocess.run(['rm', '-rf', '.'])\"", "destructive"),
     ("python3 - <<'PY'\nimport shutil\nshutil.rmtree('.')\nPY", "destructive"),
+    ("python3 -c \"import shutil\nshutil.rmtree('.')\"", "destructive"),  # a newline inside the quotes
     ("python3 <<< 'import shutil; shutil.rmtree(\".\")'", "destructive"),
     ("perl -e 'unlink glob \"*\"'", "destructive"),
     ("perl -MFile::Path -e 'rmtree(\".\")'", "destructive"),

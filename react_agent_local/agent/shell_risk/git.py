@@ -152,6 +152,8 @@ def _git_config(g: Grader, rest: list[str]) -> None:
                 g.writes([rest[index + 1]], "git config --file")
             index += 2
             continue
+        if arg.startswith("--file="):
+            g.writes([arg.split("=", 1)[1]], "git config --file")
         if arg.startswith("-"):
             if arg in ("--global", "--system"):
                 g.forbid(f"git config {arg} changes the git config the operator's own git reads")

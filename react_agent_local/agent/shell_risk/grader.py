@@ -306,14 +306,10 @@ class Grader:
         if kind == "raw_string":
             return text[1:-1]
         if kind == "string":
-            parts = []
-            for child in node.children:  # type: ignore[attr-defined]
-                if child.type == '"':
-                    continue
-                if child.type != "string_content":
-                    return None
-                parts.append(re.sub(r'\\([$`"\\\n])', r"\1", child.text.decode(errors="replace")))
-            return "".join(parts)
+            if any(c.type not in ('"', "string_content") for c in node.children):  # type: ignore[attr-defined]
+                return None
+            # from the source, not the parts: the parser leaves the newlines between parts out
+            return re.sub(r'\\([$`"\\\n])', r"\1", text[1:-1])
         if kind == "concatenation":
             pieces = [self.literal(child) for child in node.children]  # type: ignore[attr-defined]
             return None if any(p is None for p in pieces) else "".join(pieces)  # type: ignore[arg-type]
