@@ -40,6 +40,10 @@ NORMALISED: list[tuple[str, str]] = [
     ("cd \"$DIR\" && cat notes.txt", "unknown"),
     ("while cd sub; do ls; done", "unknown"),
     ("(cd src) && cat ../notes.txt", "unknown"),  # the subshell's cd ends with it
+    ("cd src | cat ../notes.txt", "unknown"),  # so does a pipeline part's
+    ("if false; then cd a/b; fi && cat ../../secret", "unknown"),  # the body may not run
+    ("! cd a/b && cat ../../secret", "unknown"),  # ! runs cat where cd failed
+    ("cd a/b || cat ../../secret", "unknown"),
     ("echo x > /tmp/../etc/cron.d/job", "unknown"),
     ("dd if=notes.txt of=/tmp/../dev/sda", "destructive"),
     ("echo x > /tmp/../dev/sda", "destructive"),
@@ -108,6 +112,8 @@ WIDE: list[tuple[str, str]] = [
     ("perl -MFile::Path -e 'rmtree(\".\")'", "destructive"),
     ("node -e \"require('fs').rmSync('.', {recursive: true})\"", "destructive"),
     ("ruby -e 'require \"fileutils\"; FileUtils.rm_rf(\".\")'", "destructive"),
+    ("eval 'cd /'; rm -rf srv", "destructive"),  # eval's cd stays in this shell
+    ("f() { cd /; }; f; rm -rf srv", "destructive"),  # a function that moves leaves the folder unknown
     # what the grader cannot see is not read-only
     ("echo 'import shutil; shutil.rmtree(\".\")' | python3", "unknown"),
     ("cat cleanup.py | python3 -", "unknown"),
@@ -305,6 +311,17 @@ def test_reason_shows_control_and_bidi_characters_as_escapes_and_marks_a_cut() -
     assert not any(ord(ch) < 32 or 0x202a <= ord(ch) <= 0x202e for ch in reason)
     long = grade_command("rm -rf . " + "x" * 500, workspace=WORKSPACE).reason
     assert long.endswith("\u2026`") and len(long) < 300
+
+
+def test_reason_shows_where_an_outside_path_really_points() -> None:
+    assert "/var/tmp/secret, outside" in grade_command("cat /tmp/../var/tmp/secret", workspace=WORKSPACE).reason
+    assert ": /etc, outside" in grade_command("cd /tmp/../etc && ls", workspace=WORKSPACE).reason
+
+
+def test_many_cds_cost_little_and_end_unknown() -> None:
+    # every cd that may fail doubles the folders the script may be in: the grader stops following
+    grade = grade_command("; ".join(["cd a"] * 200) + "; cat ../../x", workspace=WORKSPACE)
+    assert grade.level == "unknown"
 
 
 def test_the_workspace_root_is_found_without_its_path_too() -> None:

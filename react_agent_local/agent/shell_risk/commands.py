@@ -105,16 +105,18 @@ def classify(g: Grader, name: str, args: list[str]) -> None:
         if name == "env" and not args:
             return  # prints the (sandbox's) environment
         if name == "eval":
-            g.nested(" ".join(args), _UNPROVABLE[name])
+            g.nested(" ".join(args), _UNPROVABLE[name], shell="same")
         elif name == "trap" and args:
-            g.nested(args[0], _UNPROVABLE[name])
+            g.nested(args[0], _UNPROVABLE[name], shell="later")
         elif name == "alias":
             g.flag("unknown", _UNPROVABLE[name])
             for definition in args:
                 if "=" in definition:
-                    g.nested(definition.split("=", 1)[1], _UNPROVABLE[name])
+                    g.nested(definition.split("=", 1)[1], _UNPROVABLE[name], shell="later")
         else:
             g.flag("unknown", _UNPROVABLE[name])
+            if name in ("source", "."):
+                g.change_directory(None)  # the sourced script may cd anywhere
             if name == "env" and any(a.startswith("GIT_CONFIG") and "=" in a for a in args):
                 g.forbid("env GIT_CONFIG_* gives git config keys that may name a program to run")
             inner = _inner_command(name, args) if name in _RUNS_A_COMMAND else None

@@ -28,6 +28,7 @@ from .grades import SEVERITY, Level, RiskGrade
 _MAX_SCRIPT_CHARS = 100_000
 _MAX_NESTING = 3
 _MAX_CITED_CHARS = 160
+_MAX_FOLDERS = 16
 
 
 _PARSERS = threading.local()  # a tree-sitter Parser must not be shared by threads
@@ -132,6 +133,9 @@ class Grader:
             for child in node.children:  # type: ignore[attr-defined]
                 self.cwds = self.failed = self.cwds | self.failed  # each part may follow a failure
                 self.statement(child)
+            if kind not in ("program", "compound_statement"):
+                # an if may skip its body, a ! swaps success and failure: either outcome may follow
+                self.cwds = self.failed = self.cwds | self.failed
         elif kind == "list":
             self.chain(node)
         elif kind in ("pipeline", "subshell"):
@@ -261,7 +265,9 @@ class Grader:
         if body is not None:
             before = self.cwds | self.failed
             self.statement(body)
-            self.cwds = self.failed = before
+            moved = self.cwds | self.failed != before
+            # a call may come anywhere later: a body that moves the folder leaves it unknown
+            self.cwds = self.failed = frozenset({where.UNKNOWN_DIR}) if moved else before
 
     def declaration(self, node: object) -> None:
         self.found = True
@@ -352,7 +358,7 @@ class Grader:
         if writes and any(p is not None and p.startswith("/dev/") and p not in where.DEVICE_SINKS for p in resolved):
             self.flag("destructive", f"{operator} {target} writes to a device")
         elif self.outside(target):
-            self.flag("unknown", f"{operator} {target} is outside the workspace")
+            self.flag("unknown", f"{operator} {target}: {self.real(target)}, outside the workspace")
         elif writes and not all(p in where.DEVICE_SINKS for p in resolved):
             self.flag("workspace_write", f"{operator} {target} writes a file in the workspace")
 
@@ -441,8 +447,17 @@ class Grader:
                 continue  # an expansion, already graded unknown
             for candidate in where.candidates(arg):
                 if self.outside(candidate):
-                    self.flag("unknown", f"{name} {arg}: a path outside the workspace")
+                    self.flag("unknown", f"{name} {arg}: {self.real(candidate)}, outside the workspace")
                     return
+
+    def real(self, path: str) -> str:
+        """Where a path outside the workspace really points, for a reason: ``/tmp/../etc`` is /etc."""
+        if path.startswith("~"):
+            return "in the home folder"
+        found = [p for p in self.resolved(path) if not where.inside(self.root, p)]
+        if not found or found[0] is None:
+            return "from a folder known only when the script runs"
+        return "the file system root" if found[0] == "/" else found[0]
 
     def change_directory(self, target: str | None) -> None:
         """``cd target``: where it succeeds the script moves there; where it fails it stays."""
@@ -452,6 +467,9 @@ class Grader:
         else:
             self.cwds = frozenset(p if p is not None else where.UNKNOWN_DIR for p in self.resolved(target))
         self.failed = before
+        if len(self.cwds | self.failed) > _MAX_FOLDERS:  # each cd that may fail doubles the set
+            self.flag("unknown", "more cd commands than the grader follows")
+            self.cwds = self.failed = frozenset({where.UNKNOWN_DIR})
 
     def writes(self, targets: list[str], what: str) -> None:
         """Paths a command creates or changes: none may be where git finds programs to run."""
@@ -462,12 +480,19 @@ class Grader:
                     self.forbid(f"{what} writes {where.shown(self.root, path)}, inside {hazard}")
                     return
 
-    def nested(self, script: str, why: str) -> None:
+    def nested(self, script: str, why: str, *, shell: Literal["child", "same", "later"] = "child") -> None:
+        """Grade a script inside this one. ``shell``: where it runs: a child process (``bash -c``: its
+        ``cd`` ends with it), this shell now (``eval``: its ``cd`` stays), or this shell at some later
+        point (an alias, a trap: if it moves the folder, the folder is unknown from here on)."""
         self.flag("unknown", why)
         depth, part, before = self.depth, self.part, self.cwds | self.failed
         self.script(script, depth + 1)
         self.depth, self.part = depth, part
-        self.cwds = self.failed = before
+        moved = self.cwds | self.failed != before
+        if shell == "child" or shell == "later" and not moved:
+            self.cwds = self.failed = before
+        elif shell == "later":
+            self.cwds = self.failed = frozenset({where.UNKNOWN_DIR})
 
 
 def _dirname(path: str) -> str:
