@@ -32,7 +32,8 @@ _GIT_WRITE = frozenset({"add", "clean", "commit", "merge", "rebase", "cherry-pic
 _GIT_NETWORK = frozenset({"push", "fetch", "pull", "ls-remote", "submodule", "archive", "request-pull",
                           "send-email"})
 _GIT_DESTRUCTIVE = frozenset({"filter-branch", "filter-repo", "update-ref"})
-_GIT_CREATES_REPOSITORY = {"init": "git init creates a repository", "clone": "git clone creates a repository"}
+_GIT_CREATES_REPOSITORY = {"init": "git init creates a repository", "init-db": "git init-db creates a repository",
+                           "clone": "git clone creates a repository"}
 _SUBMODULE_CREATES = frozenset({"add", "update", "init", "absorbgitdirs", "set-url", "set-branch", "sync", "deinit"})
 _SUBMODULE_READ = frozenset({"status", "summary"})
 # Config keys that name no program and no file git would run: everything else may run one.
@@ -113,8 +114,10 @@ def grade_git(g: Grader, args: list[str]) -> None:
         g.nested(" ".join(positional[1:]), "git submodule foreach runs a script in every submodule")
     elif sub == "submodule" and (not positional or positional[0] in _SUBMODULE_READ):
         return
-    elif sub == "worktree" and positional[:1] == ["add"]:
-        g.forbid("git worktree add creates a checkout with a .git file")
+    elif sub == "worktree" and positional[:1] in (["add"], ["repair"]):
+        g.forbid(f"git worktree {positional[0]} writes a checkout's .git file")
+    elif sub == "maintenance" and positional[:1] != ["run"]:
+        g.forbid("git maintenance registers the repository in the user's config and schedules jobs on the host")
     elif sub == "worktree" and positional[:1] == ["list"]:
         return
     elif sub == "config":
