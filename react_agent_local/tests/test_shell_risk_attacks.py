@@ -313,6 +313,8 @@ def test_reason_shows_control_and_bidi_characters_as_escapes_and_marks_a_cut() -
     reason = grade_command("rm -rf ./* '\x1b[1A\x1b[2K\r\u202eok'", workspace=WORKSPACE).reason
     assert "\\x1b" in reason and "\\u202e" in reason
     assert not any(ord(ch) < 32 or 0x202a <= ord(ch) <= 0x202e for ch in reason)
+    outside = grade_command("cat '/etc/\x1b[2Kx\nls'", workspace=WORKSPACE).reason
+    assert "\\x1b" in outside and not any(ord(ch) < 32 for ch in outside)
     long = grade_command("rm -rf . " + "x" * 500, workspace=WORKSPACE).reason
     assert long.endswith("\u2026`") and len(long) < 300
 

@@ -54,11 +54,15 @@ StdinKind = Literal["empty", "pipe", "file", "text"]
 _BIN_DIRS = ("/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin")
 
 
+def printable(text: str) -> str:
+    """One line with whitespace runs folded and control, escape and bidi characters written as
+    visible escapes, so a reason cannot redraw a terminal prompt or reorder a card."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), " ".join(text.split()))
+
+
 def cite(text: str) -> str:
-    """Command words as one printable line: whitespace runs folded, control, escape and bidi
-    characters written as visible escapes, a long text cut with a mark."""
-    line = " ".join(text.split())
-    line = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), line)
+    """Command words for a reason: printable, a long text cut with a mark."""
+    line = printable(text)
     return line if len(line) <= _MAX_CITED_CHARS else line[:_MAX_CITED_CHARS - 1] + "…"
 
 
@@ -103,7 +107,7 @@ class Grader:
         self.flag("destructive", reason)
 
     def cited(self, reason: str) -> str:
-        part = cite(self.part)
+        part, reason = cite(self.part), printable(reason)
         return f"{reason}: `{part}`" if part and f"`{part}`" not in reason else reason
 
     # -- scripts and statements --------------------------------------------------------------------
