@@ -98,6 +98,8 @@ WIDE: list[tuple[str, str]] = [
     ("mv * /tmp/", "destructive"),
     (f"mv ../{NAME} /tmp/gone", "destructive"),
     ("gzip -r .", "destructive"),
+    ("tar --remove-files -cf /tmp/all.tar .", "destructive"),
+    ("zip -rm /tmp/all.zip .", "destructive"),
     ("sed -i 's/a/b/' *", "destructive"),
     ("python3 -c \"import shutil; shutil.rmtree('.')\"", "destructive"),
     ("python3 -c 'import os; [os.remove(f) for f in os.listdir(\".\")]'", "destructive"),
@@ -128,6 +130,7 @@ WIDE: list[tuple[str, str]] = [
     ("cd build && rm -rf *", "workspace_write"),
     ("find . -name '*.pyc' -delete", "workspace_write"),
     ("find build -delete", "workspace_write"),
+    ("find . \\( -name core \\) -delete", "workspace_write"),
     ("git rm old.txt", "workspace_write"),
     ("git rm -r --cached build", "workspace_write"),
     ("git clean -n", "read_only"),
@@ -213,6 +216,10 @@ GIT_HOST: list[str] = [
     "dd if=evil.sh of=.git/hooks/post-merge",
     "bash -c 'git init'",
     "find . -name x -exec cp evil.sh .git/hooks/pre-commit \\;",
+    "cp -s ../evil .git/hooks/pre-commit",
+    "sed -n 'w .git/config' notes.txt",
+    "awk '{print > \".git/config\"}' notes.txt",
+    "tar -xf payload.tar -C vendor/.git",
 ]
 
 GIT_ALLOWED: list[tuple[str, str]] = [
@@ -251,6 +258,13 @@ WRAPPED: list[tuple[str, str]] = [
     ("find . -exec sh -c 'rm -rf .' \\;", "destructive"),
     ("bash <<'EOF'\nrm -rf .\nEOF", "destructive"),
     ("sh <<< 'rm -rf .'", "destructive"),
+    ("bash /dev/stdin <<'EOF'\nrm -rf .\nEOF", "destructive"),
+    ("env -S 'rm -rf .'", "destructive"),
+    ("echo 'rm -rf .' > x.sh; chmod +x x.sh; ./x.sh", "destructive"),  # a script written, then run
+    ("cat > x.sh <<'EOF'\nrm -rf .\nEOF\nsh x.sh", "destructive"),
+    ("cat > t.py <<'PY'\nimport shutil\nshutil.rmtree('.')\nPY\npython3 t.py", "destructive"),
+    ("printf 'rm -rf .' > x.sh; sh x.sh", "unknown"),
+    ("python3 -mxmlrpc.server", "network"),
     ("echo 'rm -rf .' | sh", "unknown"),
     ("builtin cd /tmp/.. && cat etc/passwd", "unknown"),
     ("command cd /tmp/..; cat etc/passwd", "unknown"),

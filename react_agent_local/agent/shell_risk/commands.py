@@ -58,6 +58,7 @@ _UNPROVABLE = {
 }
 _RUNS_A_COMMAND = frozenset({"exec", "xargs", "env", "watch", "parallel", "coproc"})
 _WRAPPERS = frozenset({"nice", "nohup", "timeout", "stdbuf", "time", "command", "builtin", "setsid", "ionice"})
+_STDIN_FILES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})  # a script path that reads the input
 _PYTHON = re.compile(r"^(python|pypy)(\d+(\.\d+)?)?$")
 SAFE_ENV = frozenset({"LANG", "LANGUAGE", "TZ", "NO_COLOR", "COLUMNS", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
                       "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONWARNINGS", "CI", "FORCE_COLOR"})
@@ -117,6 +118,9 @@ def classify(g: Grader, name: str, args: list[str]) -> None:
             g.flag("unknown", _UNPROVABLE[name])
             if name in ("source", "."):
                 g.change_directory(None)  # the sourced script may cd anywhere
+            split = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-S", "--split-string")), None)
+            if name == "env" and split is not None:
+                g.nested(split, "env -S splits a string into the command it runs")
             if name == "env" and any(a.startswith("GIT_CONFIG") and "=" in a for a in args):
                 g.forbid("env GIT_CONFIG_* gives git config keys that may name a program to run")
             inner = _inner_command(name, args) if name in _RUNS_A_COMMAND else None
@@ -228,7 +232,15 @@ def _code_runner(g: Grader, name: str, args: list[str]) -> None:
     elif name == "go" and (first in ("get", "install") or first == "mod" and "download" in args):
         g.flag("network", f"go {first} downloads modules")
     elif name in ("awk", "gawk", "mawk"):
-        g.flag("workspace_write", f"{name} programs can write files and run commands")
+        program = next((a for a in args if not a.startswith("-")), "")
+        if any(a == "-f" or a.startswith(("-f", "--file", "-E", "--exec")) for a in args):
+            g.flag("unknown", f"{name} -f runs a program from a file the grader does not read")
+        elif re.search(r"\.git\b|hook", program, re.IGNORECASE):
+            g.forbid(f"{name} program names .git or a hooks folder: it may plant what git runs on the host")
+        elif re.search(r"\bsystem\s*\(|\|\s*(getline|\")|\|&", program):
+            g.flag("unknown", f"{name} program runs commands (system, a pipe)")
+        else:
+            g.flag("workspace_write", f"{name} programs can write files")
     else:
         g.flag("workspace_write", f"{name} runs code from the workspace")
 
@@ -256,18 +268,22 @@ def _python(g: Grader, name: str, args: list[str]) -> None:
         if arg == "-":
             break
         if arg.startswith("-") and not arg.startswith("--"):
-            letters = arg[1:]
-            for letter in "cm":
-                if letter in letters:
-                    attached = letters[letters.index(letter) + 1:]
-                    if letter == "c":
-                        grade_python(g, name, attached or value)
-                    else:
-                        rest = args[index + (1 if attached else 2):]
-                        _python_module(g, name, attached or value, rest)
-                    return
+            # flags bundle until the first one that takes a value: -Ic CODE, -mpytest, -Wignore
+            letter = next((ch for ch in arg[1:] if ch in "cmWX"), "")
+            attached = arg[arg.index(letter) + 1:] if letter else ""
+            if letter == "c":
+                grade_python(g, name, attached or value)
+                return
+            if letter == "m":
+                _python_module(g, name, attached or value, args[index + (1 if attached else 2):])
+                return
+            if letter and not attached:
+                index += 1  # -W / -X take the next word
+        elif arg in _STDIN_FILES:
+            break
         elif not arg.startswith("-"):
-            g.flag("workspace_write", f"{name} runs a Python script from the workspace")
+            if not g.runs_written(arg, "python"):
+                g.flag("workspace_write", f"{name} runs a Python script from the workspace")
             return
         index += 1
     grade_stdin(g, name, "python")
@@ -301,8 +317,11 @@ def _shell(g: Grader, name: str, args: list[str]) -> None:
             return
         if arg == "-s" or arg == "-":
             break
+        if arg in _STDIN_FILES:
+            break
         if not arg.startswith(("-", "+")):
-            g.flag("workspace_write", f"{name} {arg} runs a script from the workspace")
+            if not g.runs_written(arg, "shell"):
+                g.flag("workspace_write", f"{name} {arg} runs a script from the workspace")
             return
         index += 1
     if g.stdin == "text":

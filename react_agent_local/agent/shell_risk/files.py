@@ -48,8 +48,8 @@ def written(name: str, args: list[str]) -> list[str]:
     operands = positional(args)
     if name == "chmod":
         operands = operands[1:]
-    elif name in ("cp", "install") and not targets:
-        operands = operands[-1:]
+    elif name in ("cp", "install") and not targets and not _links(args):
+        operands = operands[-1:]  # a copy leaves its sources alone; a link (cp -l, -s) may be written through
     elif name == "dd":
         operands = []
     return targets + operands
@@ -58,7 +58,9 @@ def written(name: str, args: list[str]) -> list[str]:
 def grade_file_writer(g: Grader, name: str, args: list[str]) -> None:
     g.writes(written(name, args), name)
     operands = positional(args)
-    if name in _CONSUMES and _deletes_more_than_named(g, name, args, operands):
+    consumes = name in _CONSUMES or name == "tar" and "--remove-files" in args or \
+        name == "zip" and any(a == "--move" or re.fullmatch(r"-[a-zA-Z]*m[a-zA-Z]*", a) for a in args)
+    if consumes and _deletes_more_than_named(g, name, args, operands):
         return
     if name == "rm":
         recursive = _recursive(args)
@@ -96,6 +98,10 @@ def grade_file_writer(g: Grader, name: str, args: list[str]) -> None:
         g.flag("workspace_write", f"{name} changes files in the workspace")
 
 
+def _links(args: list[str]) -> bool:
+    return any(a in ("--link", "--symbolic-link") or re.fullmatch(r"-[a-zA-Z]*[ls][a-zA-Z]*", a) for a in args)
+
+
 def _recursive(args: list[str]) -> bool:
     flags = "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
     return any(c in flags for c in "rR") or "--recursive" in args
@@ -111,7 +117,8 @@ def _deletes_more_than_named(g: Grader, name: str, args: list[str], operands: li
     """Flag a command that deletes or replaces the workspace root or everything a wide glob matches."""
     sources = operands[:-1] if name == "mv" and not any(a.startswith(("-t", "--target-directory")) for a in args) \
         else operands
-    whole = name == "mv" or _recursive(args)  # moving a folder away removes it as surely as rm -r
+    # moving a folder away, or archiving it with --remove-files, removes it as surely as rm -r
+    whole = name in ("mv", "tar", "zip") or _recursive(args)
     for operand in sources:
         for arg in where.candidates(operand):
             for path in g.resolved(arg):
@@ -121,7 +128,8 @@ def _deletes_more_than_named(g: Grader, name: str, args: list[str], operands: li
                     what = "the whole file system" if path == "/" else "the workspace root" \
                         if path == g.root else "a folder the workspace is in"
                     verb = {"mv": "moves away", "truncate": "empties every file in", "rm": "-r deletes",
-                            "shred": "destroys"}.get(name, "-r replaces every file in")
+                            "shred": "destroys", "tar": "--remove-files deletes", "zip": "-m deletes"}.get(
+                        name, "-r replaces every file in")
                     g.flag("destructive", f"{name} {verb} {what}")
                     return True
                 if where.wide_glob(g.root, path):

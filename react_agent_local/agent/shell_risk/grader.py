@@ -24,6 +24,7 @@ from typing import Literal
 from . import paths as where
 from .commands import SAFE_ENV, TEXT_ONLY, classify, operands
 from .grades import SEVERITY, Level, RiskGrade
+from .inline_code import grade_foreign, grade_python
 
 _MAX_SCRIPT_CHARS = 100_000
 _MAX_NESTING = 3
@@ -84,6 +85,11 @@ class Grader:
         self.part = ""  # the words of the command being graded, for reasons
         self.stdin: StdinKind = "empty"  # the bash tool gives a command no input
         self.stdin_text = ""
+        self.written: dict[str, str | None] = {}
+        """Files this script writes, with their text where it is literal (``cat > x.sh <<'EOF'``), so
+        running one later in the script grades what it holds."""
+        self.output_text: str | None = None  # the literal output of the command being redirected
+        self.last_output: str | None = None  # the literal output of the last simple command, if known
 
     def result(self) -> RiskGrade:
         severity, reason = self.worst
@@ -211,7 +217,9 @@ class Grader:
             elif child.type == "file_redirect" and any(c.type == "<" for c in child.children):
                 self.stdin, self.stdin_text = "file", ""
         body, *redirects = node.children  # type: ignore[attr-defined]
+        self.last_output = None
         self.statement(body)
+        self.output_text = self.last_output if body.type == "command" else None
         self.stdin, self.stdin_text = stdin
         for child in redirects:
             self.part = (node if body.type == "command" else child).text.decode(errors="replace")
@@ -359,6 +367,9 @@ class Grader:
         resolved = self.resolved(target)
         if writes:
             self.writes([target], f"{operator} {target}")
+            for path in resolved:
+                if path is not None:
+                    self.written[path] = self.output_text if operator in (">", ">|") else None
         if writes and any(p is not None and p.startswith("/dev/") and p not in where.DEVICE_SINKS for p in resolved):
             self.flag("destructive", f"{operator} {target} writes to a device")
         elif self.outside(target):
@@ -388,7 +399,9 @@ class Grader:
         name_node = node.child_by_field_name("name")  # type: ignore[attr-defined]
         args: list[str] = []
         stdin = (self.stdin, self.stdin_text)
+        echo = name_node is not None and name_node.text == b"echo"  # type: ignore[attr-defined]
         for child in node.children:  # type: ignore[attr-defined]
+            self.output_text = _echoed(args) if echo else None
             if child.type == "variable_assignment":
                 self.assignment(child, prefix=True)
             elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
@@ -412,10 +425,15 @@ class Grader:
             else:
                 self.part = node.text.decode(errors="replace")  # type: ignore[attr-defined]
                 self.invocation(name, args)
+        cat = name_node is not None and name_node.text == b"cat" and not args  # type: ignore[attr-defined]
+        self.last_output = _echoed(args) if echo else self.stdin_text if cat and self.stdin == "text" else None
         self.stdin, self.stdin_text = stdin
 
     def invocation(self, name: str, args: list[str]) -> None:
         """Grade one command given as words (also used for the inner command of a wrapper)."""
+        if "/" in name and self.runs_written(name, "shell"):
+            self.commands.append(name)
+            return
         if "/" in name:
             program = self.resolved(name)
             if all(p is not None and _dirname(p) in _BIN_DIRS for p in program):
@@ -484,6 +502,25 @@ class Grader:
                     self.forbid(f"{what} writes {where.shown(self.root, path)}, inside {hazard}")
                     return
 
+    def runs_written(self, path: str, language: str) -> bool:
+        """Grade running a file this script wrote: its literal text as a script, or unknown. False when
+        the script did not write it (the caller grades it as a workspace file)."""
+        texts = [self.written[p] for p in self.resolved(path) if p is not None and p in self.written]
+        if not texts:
+            return False
+        self.flag("unknown", f"{path} is a file this script writes and then runs")
+        for text in texts:
+            first = text.split("\n", 1)[0] if text else ""
+            if text is None:
+                self.flag("unknown", f"{path} was written with text the grader cannot follow")
+            elif language == "python" or first.startswith("#!") and "python" in first:
+                grade_python(self, path, text)
+            elif language == "shell" and not (first.startswith("#!") and not re.search(r"\b(ba|da|z|k)?sh\b", first)):
+                self.nested(text, f"{path} runs the script written above")
+            else:
+                grade_foreign(self, path, text)
+        return True
+
     def nested(self, script: str, why: str, *, shell: Literal["child", "same", "later"] = "child") -> None:
         """Grade a script inside this one. ``shell``: where it runs: a child process (``bash -c``: its
         ``cd`` ends with it), this shell now (``eval``: its ``cd`` stays), or this shell at some later
@@ -497,6 +534,13 @@ class Grader:
             self.cwds = self.failed = before
         elif shell == "later":
             self.cwds = self.failed = frozenset({where.UNKNOWN_DIR})
+
+
+def _echoed(args: list[str]) -> str | None:
+    """What ``echo`` prints, when its words are literal and it takes no options."""
+    if any(a.startswith("\0") or a.startswith("-") for a in args[:1]) or any(a.startswith("\0") for a in args):
+        return None
+    return " ".join(args) + "\n"
 
 
 def _dirname(path: str) -> str:

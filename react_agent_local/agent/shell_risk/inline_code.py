@@ -63,10 +63,10 @@ def grade_interpreter(g: Grader, name: str, args: list[str]) -> bool:
         if name == "perl" and re.fullmatch(r"-[a-zA-Z]*[eE]", arg):
             grade_foreign(g, name, code)
             return True
-        if arg == "-":
+        if arg in ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"):
             break
         if not arg.startswith("-"):
-            return False
+            return g.runs_written(arg, name)
     grade_stdin(g, name, "python" if name.startswith("python") else name)
     return True
 

@@ -95,7 +95,10 @@ def wide_glob(root: str, path: str | None) -> bool:
 
 
 def wide_pattern(component: str) -> bool:
-    """Whether one glob component has fewer than two literal characters, or only dots."""
+    """Whether one glob component has fewer than two literal characters, or only dots (a component
+    without a wildcard names one file)."""
+    if not has_glob(component):
+        return False
     literal = GLOB_PART.sub("", component)
     return len(literal) < 2 or not literal.strip(".")
 

@@ -21,6 +21,7 @@ def grade_sed(g: Grader, args: list[str]) -> None:
         if verdict == "unknown":
             g.flag("unknown", f"sed script {script!r} runs commands or is not one the grader reads")
         for target in written:
+            g.writes([target], f"sed script {script!r}")
             if g.outside(target):
                 g.flag("unknown", f"sed script {script!r} writes {target}, outside the workspace")
             else:
