@@ -47,6 +47,8 @@ NORMALISED: list[tuple[str, str]] = [
     ("echo x > /tmp/../etc/cron.d/job", "unknown"),
     ("dd if=notes.txt of=/tmp/../dev/sda", "destructive"),
     ("echo x > /tmp/../dev/sda", "destructive"),
+    ("cat < /dev/tcp/example.com/80", "network"),
+    ("echo x > /dev/tcp/example.com/80", "network"),
     ("/tmp/../bin/rm -rf .", "destructive"),
     # the same folding makes everyday commands precise
     ("cd src && cat ../README.md", "read_only"),

@@ -370,7 +370,10 @@ class Grader:
             for path in resolved:
                 if path is not None:
                     self.written[path] = self.output_text if operator in (">", ">|") else None
-        if writes and any(p is not None and p.startswith("/dev/") and p not in where.DEVICE_SINKS for p in resolved):
+        if any(p is not None and p.startswith(("/dev/tcp/", "/dev/udp/")) for p in resolved):
+            self.flag("network", f"{operator} {target} opens a network connection (bash's /dev/tcp)")
+        elif writes and any(p is not None and p.startswith("/dev/") and p not in where.DEVICE_SINKS
+                            for p in resolved):
             self.flag("destructive", f"{operator} {target} writes to a device")
         elif self.outside(target):
             self.flag("unknown", f"{operator} {target}: {self.real(target)}, outside the workspace")
