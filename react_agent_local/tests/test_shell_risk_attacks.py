@@ -41,6 +41,8 @@ NORMALISED: list[tuple[str, str]] = [
     ("while cd sub; do ls; done", "unknown"),
     ("(cd src) && cat ../notes.txt", "unknown"),  # the subshell's cd ends with it
     ("cd src | cat ../notes.txt", "unknown"),  # so does a pipeline part's
+    ("(cd src && cat ../README.md)", "read_only"),
+    ("(cd /tmp; rm -rf ../srv)", "destructive"),
     ("if false; then cd a/b; fi && cat ../../secret", "unknown"),  # the body may not run
     ("! cd a/b && cat ../../secret", "unknown"),  # ! runs cat where cd failed
     ("cd a/b || cat ../../secret", "unknown"),

@@ -185,6 +185,11 @@ class Grader:
         """``A && B`` runs B only where A succeeded, ``A || B`` only where it failed: B starts in the
         folders of that outcome."""
         children = [c for c in node.children if c.type != "comment"]  # type: ignore[attr-defined]
+        if len(children) != 3 or children[1].type not in ("&&", "||"):
+            for child in children:  # an unparsed remnant (already graded unknown): keep every outcome
+                self.cwds = self.failed = self.cwds | self.failed
+                self.statement(child)
+            return
         left, operator, right = children[0], children[1].type, children[-1]
         self.statement(left)
         succeeded, failed = self.cwds, self.failed
@@ -198,10 +203,14 @@ class Grader:
     def isolated(self, node: object) -> None:
         """A subshell, or a pipeline whose parts each run in one: their ``cd`` ends with them."""
         before, stdin = self.cwds | self.failed, (self.stdin, self.stdin_text)
+        subshell = node.type == "subshell"  # type: ignore[attr-defined]
         for child in node.children:  # type: ignore[attr-defined]
             if child.type in ("|", "|&"):
                 self.stdin, self.stdin_text = "pipe", ""
-            self.cwds = self.failed = before
+            if not subshell:
+                self.cwds = self.failed = before
+            else:  # inside ( ... ) statements follow one another as in a script
+                self.cwds = self.failed = self.cwds | self.failed
             self.statement(child)
         self.cwds = self.failed = before
         self.stdin, self.stdin_text = stdin
