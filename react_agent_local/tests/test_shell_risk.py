@@ -96,7 +96,7 @@ TABLE: list[tuple[str, str]] = [
     ("ssh host ls", "network"),
     ("git push origin main", "network"),
     ("git fetch --all", "network"),
-    ("git clone https://example.com/r.git", "network"),
+    ("git clone https://example.com/r.git", "destructive"),  # creates a repository: forbidden
     ("pip install requests", "network"),
     ("python -m pip install requests", "network"),
     ("npm install left-pad", "network"),
@@ -198,8 +198,8 @@ TABLE: list[tuple[str, str]] = [
     ("command rm -rf /", "destructive"),                       # wrapper: command
     ("builtin eval 'rm -rf /'", "destructive"),                # wrapper: builtin + eval
     ("nohup curl https://example.com", "network"),             # wrapper: nohup
-    ("xargs rm -rf < list.txt", "unknown"),                    # wrapper: xargs
-    ("echo / | xargs rm -rf", "unknown"),
+    ("xargs rm -rf < list.txt", "destructive"),                # wrapper: xargs, rm -r of names from input
+    ("echo / | xargs rm -rf", "destructive"),
     ("find . -exec rm -rf / \\;", "destructive"),              # find -exec
     ("find . -name x -execdir sh -c 'id' \\;", "unknown"),     # find -execdir with a nested shell
     ("echo $(rm -rf /)", "destructive"),                       # $() hides a deletion
@@ -208,9 +208,9 @@ TABLE: list[tuple[str, str]] = [
     ("sh -c \"sh -c 'curl x'\"", "unknown"),                   # nested twice
     ("bash -c 'git push'", "unknown"),
     ("eval 'rm -rf ~'", "destructive"),
-    ("git -c core.pager='sh -c id' log", "unknown"),           # git -c
-    ("git -c alias.st='!rm -rf /' st", "unknown"),
-    ("git --config-env=core.pager=X log", "unknown"),
+    ("git -c core.pager='sh -c id' log", "destructive"),       # git -c of a key that runs a program: forbidden
+    ("git -c alias.st='!rm -rf /' st", "destructive"),
+    ("git --config-env=core.pager=X log", "destructive"),
     ("git --exec-path=/tmp log", "unknown"),
     ("git log --output=/etc/passwd", "unknown"),
     ("git diff --ext-diff", "unknown"),

@@ -1,9 +1,11 @@
 """What each command name means for risk: the tables and the per-command rules.
 
 ``classify(grader, name, args)`` flags the grader with the command's level; wrappers (``timeout``,
-``nice``, ``sudo``, ``xargs``, ``env``, ...) hand their inner command back to the grader, nested shells
-and ``eval`` hand back their script. ``operands`` says which arguments may be paths (a grep pattern or
-a sed script is not one).
+``nice``, ``sudo``, ``xargs``, ``env``, ...) hand their inner command back to the grader (``xargs``
+with an argument known only at run time), nested shells and ``eval`` hand back their script, and
+``cd`` moves the grader's working folder. File commands are read in ``files.py``, interpreters' inline
+code in ``inline_code.py``. ``operands`` says which arguments may be paths (a grep pattern or a sed
+script is not one).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from .files import FILE_WRITERS, grade_file_writer, grade_find, grade_rsync
 from .git import grade_git
+from .inline_code import INTERPRETERS, grade_interpreter, grade_python, grade_stdin
 from .sed import grade_sed, sed_files
 
 if TYPE_CHECKING:
@@ -26,9 +30,6 @@ _READ_ONLY = frozenset({
     "uniq", "xxd", "tee", "find", "sed", "nproc", "locale", "getconf", "less", "more",
 })
 TEXT_ONLY = frozenset({"echo", "printf", ":", "true", "false", "test", "["})  # arguments are not paths
-_FILE_WRITERS = frozenset({"mkdir", "touch", "cp", "mv", "rmdir", "ln", "truncate", "patch", "install", "split",
-                           "csplit", "mktemp", "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "zip",
-                           "unzip", "7z", "chmod", "tar", "dd", "rm", "shuf"})
 _CODE_RUNNERS = frozenset({"pytest", "py.test", "tox", "nox", "node", "deno", "bun", "ruby", "perl", "php", "lua",
                            "java", "javac", "make", "cmake", "ninja", "gcc", "cc", "g++", "c++", "clang", "clang++",
                            "rustc", "cargo", "go", "black", "ruff", "isort", "mypy", "flake8", "pylint", "pyright",
@@ -57,12 +58,10 @@ _UNPROVABLE = {
 }
 _RUNS_A_COMMAND = frozenset({"exec", "xargs", "env", "watch", "parallel", "coproc"})
 _WRAPPERS = frozenset({"nice", "nohup", "timeout", "stdbuf", "time", "command", "builtin", "setsid", "ionice"})
+_STDIN_FILES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})  # a script path that reads the input
 _PYTHON = re.compile(r"^(python|pypy)(\d+(\.\d+)?)?$")
 SAFE_ENV = frozenset({"LANG", "LANGUAGE", "TZ", "NO_COLOR", "COLUMNS", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
                       "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONWARNINGS", "CI", "FORCE_COLOR"})
-DEVICE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty", "/dev/zero",
-                          "/dev/urandom", "/dev/random", "/dev/fd/1", "/dev/fd/2"})
-_RM_DANGEROUS = frozenset({"/", "/*", "~", "~/", "~/*", ".", "./", "..", "../", "*", "./*", ".*", "../*"})
 
 
 def operands(name: str, args: list[str]) -> list[str]:
@@ -107,17 +106,26 @@ def classify(g: Grader, name: str, args: list[str]) -> None:
         if name == "env" and not args:
             return  # prints the (sandbox's) environment
         if name == "eval":
-            g.nested(" ".join(args), _UNPROVABLE[name])
+            g.nested(" ".join(args), _UNPROVABLE[name], shell="same")
         elif name == "trap" and args:
-            g.nested(args[0], _UNPROVABLE[name])
+            g.nested(args[0], _UNPROVABLE[name], shell="later")
         elif name == "alias":
             g.flag("unknown", _UNPROVABLE[name])
             for definition in args:
                 if "=" in definition:
-                    g.nested(definition.split("=", 1)[1], _UNPROVABLE[name])
+                    g.nested(definition.split("=", 1)[1], _UNPROVABLE[name], shell="later")
         else:
             g.flag("unknown", _UNPROVABLE[name])
+            if name in ("source", "."):
+                g.change_directory(None)  # the sourced script may cd anywhere
+            split = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-S", "--split-string")), None)
+            if name == "env" and split is not None:
+                g.nested(split, "env -S splits a string into the command it runs")
+            if name == "env" and any(a.startswith("GIT_CONFIG") and "=" in a for a in args):
+                g.forbid("env GIT_CONFIG_* gives git config keys that may name a program to run")
             inner = _inner_command(name, args) if name in _RUNS_A_COMMAND else None
+            if inner and name in ("xargs", "parallel"):
+                inner.append("\0expanded")  # the arguments it reads from its input
             if inner:
                 g.invocation(inner[0], inner[1:])
         return
@@ -148,6 +156,11 @@ def classify(g: Grader, name: str, args: list[str]) -> None:
     if _PYTHON.match(name):
         _python(g, name, args)
         return
+    if name in INTERPRETERS and grade_interpreter(g, name, args):
+        return
+    if name == "rsync":
+        grade_rsync(g, args)
+        return
     if name in _DESTRUCTIVE or name.startswith("mkfs."):
         g.flag("destructive", f"{name} destroys data or stops the machine")
         return
@@ -157,8 +170,8 @@ def classify(g: Grader, name: str, args: list[str]) -> None:
     if name in _NETWORK:
         g.flag("network", f"{name} reaches the network")
         return
-    if name in _FILE_WRITERS:
-        _file_writer(g, name, args)
+    if name in FILE_WRITERS:
+        grade_file_writer(g, name, args)
         return
     if name in _CODE_RUNNERS:
         _code_runner(g, name, args)
@@ -172,21 +185,7 @@ def classify(g: Grader, name: str, args: list[str]) -> None:
 def _read_only(g: Grader, name: str, args: list[str]) -> None:
     positional = [a for a in args if not a.startswith("-")]
     if name == "find":
-        for index, arg in enumerate(args):
-            if arg in ("-exec", "-execdir", "-ok", "-okdir"):
-                g.flag("workspace_write", f"find {arg} runs a command on every match")
-                inner = args[index + 1:]
-                end = next((i for i, a in enumerate(inner) if a in (";", "+")), len(inner))
-                if inner[:end]:
-                    g.invocation(inner[0], inner[1:end])
-            elif arg == "-delete":
-                starts = [a for a in args[:next((i for i, a in enumerate(args) if a.startswith(("-", "(", "!"))),
-                                                len(args))]]
-                if any(g.outside(start) for start in starts):
-                    g.flag("destructive", "find -delete under a directory outside the workspace")
-                g.flag("workspace_write", "find -delete removes every match")
-            elif arg in ("-fprint", "-fprint0", "-fprintf", "-fls"):
-                g.flag("workspace_write", f"find {arg} writes a file")
+        grade_find(g, args)
     elif name == "sed":
         grade_sed(g, args)
     elif name == "rg" and any(a.split("=")[0] in ("--pre", "--pre-glob", "--search-zip", "-z", "--hostname-bin")
@@ -194,59 +193,25 @@ def _read_only(g: Grader, name: str, args: list[str]) -> None:
         g.flag("unknown", "rg --pre / --search-zip runs other programs on the files")
     elif name == "sort":
         if any(a == "-o" or a.startswith(("--output", "-o")) for a in args):
+            g.writes(_sort_outputs(args), "sort -o")
             g.flag("workspace_write", "sort -o writes a file")
         if any(a.startswith("--compress-program") for a in args):
             g.flag("unknown", "sort --compress-program runs another program")
     elif name == "uniq" and len(positional) > 1 or name == "xxd" and "-r" in args and len(positional) > 1:
         g.flag("workspace_write", f"{name} with two files writes the second")
     elif name == "tee" and positional:
+        g.writes(positional, "tee")
         g.flag("workspace_write", "tee writes its output to files")
-    elif name == "cd" and (not positional or positional == ["-"]):
-        g.flag("unknown", "cd without a directory leaves the workspace")
+    elif name == "cd":
+        if not positional or positional == ["-"]:
+            g.flag("unknown", "cd without a directory leaves the workspace")
+        g.change_directory(positional[0] if positional and positional != ["-"] else None)
     elif name == "date" and any(a in ("-s", "--set") or a.startswith("--set=") for a in args):
         g.flag("privilege", "date -s sets the system clock")
     elif name == "hostname" and positional:
         g.flag("privilege", "hostname NAME renames the machine")
     elif name in ("less", "more"):
         g.flag("unknown", f"{name} is an interactive pager that can run commands")
-
-
-def _file_writer(g: Grader, name: str, args: list[str]) -> None:
-    positional = [a for a in args if not a.startswith("-") or a == "-"]
-    if name == "rm":
-        flags = "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
-        recursive = any(c in flags for c in "rR") or "--recursive" in args
-        if "--no-preserve-root" in args:
-            g.flag("destructive", "rm --no-preserve-root deletes the whole file system")
-        for target in positional:
-            if recursive and target.startswith("\0"):
-                g.flag("destructive", "rm -r of a path known only when the script runs")
-                return
-            if (recursive and target in _RM_DANGEROUS) or g.outside(target):
-                g.flag("destructive", f"rm {' '.join(args)}: deletes {target} "
-                                      f"{'and everything in it' if recursive else 'outside the workspace'}")
-                return
-        g.flag("workspace_write", "rm deletes files in the workspace")
-    elif name == "chmod":
-        mode = positional[0] if positional else ""
-        if re.search(r"[ugoa]*[+=][rwxXt]*s", mode) or re.fullmatch(r"[0-7]*[2-7][0-7]{3}", mode):
-            g.flag("privilege", f"chmod {mode} sets a setuid/setgid bit")
-        else:
-            g.flag("workspace_write", "chmod changes permissions of workspace files")
-    elif name == "dd":
-        for arg in args:
-            if arg.startswith("of="):
-                target = arg[3:]
-                if target.startswith("/dev/") and target not in DEVICE_SINKS:
-                    g.flag("destructive", f"dd {arg} writes to a device")
-                    return
-                g.flag("workspace_write", f"dd {arg} writes a file")
-    elif name == "tar" and any(a.split("=")[0] in ("--to-command", "--use-compress-program", "--checkpoint-action",
-                                                   "--info-script", "--new-volume-script", "--rsh-command",
-                                                   "--rmt-command", "-I", "-F") for a in args):
-        g.flag("unknown", "tar runs another program (--to-command, -I, --checkpoint-action, ...)")
-    else:
-        g.flag("workspace_write", f"{name} changes files in the workspace")
 
 
 def _code_runner(g: Grader, name: str, args: list[str]) -> None:
@@ -267,7 +232,15 @@ def _code_runner(g: Grader, name: str, args: list[str]) -> None:
     elif name == "go" and (first in ("get", "install") or first == "mod" and "download" in args):
         g.flag("network", f"go {first} downloads modules")
     elif name in ("awk", "gawk", "mawk"):
-        g.flag("workspace_write", f"{name} programs can write files and run commands")
+        program = next((a for a in args if not a.startswith("-")), "")
+        if any(a == "-f" or a.startswith(("-f", "--file", "-E", "--exec")) for a in args):
+            g.flag("unknown", f"{name} -f runs a program from a file the grader does not read")
+        elif re.search(r"\.git\b|hook", program, re.IGNORECASE):
+            g.forbid(f"{name} program names .git or a hooks folder: it may plant what git runs on the host")
+        elif re.search(r"\bsystem\s*\(|\|\s*(getline|\")|\|&", program):
+            g.flag("unknown", f"{name} program runs commands (system, a pipe)")
+        else:
+            g.flag("workspace_write", f"{name} programs can write files")
     else:
         g.flag("workspace_write", f"{name} runs code from the workspace")
 
@@ -285,16 +258,50 @@ def _pip(g: Grader, name: str, args: list[str]) -> None:
 def _python(g: Grader, name: str, args: list[str]) -> None:
     if args in (["--version"], ["-V"]):
         return
-    if "-m" in args:
-        module = args[args.index("-m") + 1] if args.index("-m") + 1 < len(args) else ""
-        rest = args[args.index("-m") + 2:]
-        if module == "pip":
-            _pip(g, f"{name} -m pip", rest)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        value = args[index + 1] if index + 1 < len(args) else ""
+        if arg in ("-W", "-X", "--check-hash-based-pycs"):
+            index += 2
+            continue
+        if arg == "-":
+            break
+        if arg.startswith("-") and not arg.startswith("--"):
+            # flags bundle until the first one that takes a value: -Ic CODE, -mpytest, -Wignore
+            letter = next((ch for ch in arg[1:] if ch in "cmWX"), "")
+            attached = arg[arg.index(letter) + 1:] if letter else ""
+            if letter == "c":
+                grade_python(g, name, attached or value)
+                return
+            if letter == "m":
+                _python_module(g, name, attached or value, args[index + (1 if attached else 2):])
+                return
+            if letter and not attached:
+                index += 1  # -W / -X take the next word
+        elif arg in _STDIN_FILES:
+            break
+        elif not arg.startswith("-"):
+            if not g.runs_written(arg, "python"):
+                g.flag("workspace_write", f"{name} runs a Python script from the workspace")
             return
-        if module in ("http.server", "smtpd", "ftplib", "xmlrpc.server", "ensurepip"):
-            g.flag("network", f"{name} -m {module} serves or reaches the network")
-            return
-    g.flag("workspace_write", f"{name} runs Python code")
+        index += 1
+    grade_stdin(g, name, "python")
+
+
+def _python_module(g: Grader, name: str, module: str, rest: list[str]) -> None:
+    if module == "pip":
+        _pip(g, f"{name} -m pip", rest)
+    elif module in ("http.server", "smtpd", "ftplib", "xmlrpc.server", "ensurepip"):
+        g.flag("network", f"{name} -m {module} serves or reaches the network")
+    else:
+        g.flag("workspace_write", f"{name} -m {module} runs Python code")
+
+
+def _sort_outputs(args: list[str]) -> list[str]:
+    outputs = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-o"]
+    return outputs + [a.split("=", 1)[1] if a.startswith("--output=") else a[2:]
+                      for a in args if a.startswith(("--output=", "-o")) and a != "-o"]
 
 
 def _shell(g: Grader, name: str, args: list[str]) -> None:
@@ -310,11 +317,17 @@ def _shell(g: Grader, name: str, args: list[str]) -> None:
             return
         if arg == "-s" or arg == "-":
             break
+        if arg in _STDIN_FILES:
+            break
         if not arg.startswith(("-", "+")):
-            g.flag("workspace_write", f"{name} {arg} runs a script from the workspace")
+            if not g.runs_written(arg, "shell"):
+                g.flag("workspace_write", f"{name} {arg} runs a script from the workspace")
             return
         index += 1
-    g.flag("unknown", f"{name} reads commands from its input, which the grader does not see")
+    if g.stdin == "text":
+        g.nested(g.stdin_text, f"{name} runs the script it reads from a here-document")
+    else:
+        g.flag("unknown", f"{name} reads commands from its input, which the grader does not see")
 
 
 def _inner_command(name: str, args: list[str]) -> list[str] | None:

@@ -1,4 +1,9 @@
-"""A risk grade and what a run's approval policy does with it."""
+"""A risk grade and what a run's approval policy does with it.
+
+A grade may also be *forbidden*: the command would leave something that git runs on the host later
+(a repository, a hook, a config key that names a program). Its level is the strongest one,
+``destructive``, and ``decide`` refuses it under every policy: no operator approval can make it safe,
+since the program would run outside every sandbox, after the run."""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ class RiskGrade:
     """One line a learner can read: which command or construct, and why."""
     commands: tuple[str, ...]
     """The command names found, wrappers and nested scripts included, in order."""
+    forbidden: bool = False
+    """The command would make git run a program on the host later: refused whatever the policy."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,10 @@ class ApprovalPolicy:
 
 
 def decide(grade: RiskGrade, policy: ApprovalPolicy) -> Literal["run", "ask", "refuse"]:
-    """What to do with a graded command under a run's policy (the deny list wins over every mode)."""
+    """What to do with a graded command under a run's policy (a forbidden grade and the deny list win
+    over every mode)."""
+    if grade.forbidden:
+        return "refuse"
     if any(name in policy.deny for name in grade.commands):
         return "refuse"
     if policy.mode == "always_ask":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Literal
 
+from . import paths as where
+
 if TYPE_CHECKING:
     from .grader import Grader
 
@@ -19,11 +21,16 @@ def grade_sed(g: Grader, args: list[str]) -> None:
         if verdict == "unknown":
             g.flag("unknown", f"sed script {script!r} runs commands or is not one the grader reads")
         for target in written:
+            g.writes([target], f"sed script {script!r}")
             if g.outside(target):
                 g.flag("unknown", f"sed script {script!r} writes {target}, outside the workspace")
             else:
                 g.flag("workspace_write", f"sed script {script!r} writes a file")
     if in_place:
+        files = sed_files(args)
+        g.writes(files, "sed -i")
+        if any(where.wide_glob(g.root, path) for name in files for path in g.resolved(name)):
+            g.flag("destructive", "sed -i rewrites every file a wide glob matches at the workspace root")
         g.flag("workspace_write", "sed -i edits files in place")
 
 
