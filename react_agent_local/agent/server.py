@@ -103,6 +103,8 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         yield
         store.close()
         sessions.close()
+        for cleanup in app.state.on_shutdown:  # main's token file: gone before uvicorn re-raises the signal
+            cleanup()
         if telemetry is not None:
             telemetry.shutdown()
 
@@ -111,6 +113,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     app.state.runner = runner
     app.state.store = store
     app.state.settings = settings
+    app.state.on_shutdown = []
     app.add_middleware(BrowserBoundary, port=settings.port, allow_origins=tuple(settings.allow_origins),
                        max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
@@ -257,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     # The operator's terminal is the one place the token is shown (as Jupyter does): whoever opens
     # this link is the operator; the page removes the token from its address bar at once.
+    app.state.on_shutdown.append(lambda: remove_token_file(token_file, settings.operator_token))
     print(f"operator link (approvals are answered only from it; keep it private):\n    "
           f"{page_link(settings.allow_origins[0], base, settings.operator_token)}\n"
           f"the token is also in {token_file} (readable by you only)", flush=True)
