@@ -30,7 +30,7 @@ from agent.trace import redact
 from server_support import answer_approval, make_client, pending_approvals, wait_for, wait_terminal
 from workspace_support import FIXTEST_PACK, fixtest_script
 
-HARMLESS = "\n".join(f"echo step {n} of the dry run" for n in range(16))
+HARMLESS = "\n".join(f"echo step {n} of the dry run: nothing is changed" for n in range(16))  # over 500 characters
 WIPE = "rm -rf ./*"
 #: cursor up, erase the line, carriage return: on a raw terminal the prompt then shows the lie after it
 REDRAW = "\x1b[1A\x1b[2K\r"
@@ -159,8 +159,8 @@ def test_the_runner_shows_the_operator_the_whole_command_its_paths_and_the_reaso
     first_bash = next(i for i, out in enumerate(script) if isinstance(out, str) and '"command"' in out)
     script[first_bash] = json.dumps({"command": command})
     with make_client(tmp_path / "runs", script, workspace=folder) as client:
-        run_id = client.post("/agent/runs", json={"model_path": "scripted", "pack": name,
-                                                   "approval": "always_ask"}).json()["id"]
+        run_id = client.post("/agent/runs", json={"model_path": "scripted", "pack": name, "approval": "always_ask",
+                                                   "budgets": {"decision_max_new_tokens": 2048}}).json()["id"]
         view = wait_for(client, run_id, lambda v: any(e["type"] == "approval.requested" for e in v["events"])
                         or v["terminal"], timeout=60)
         event = next(e for e in view["events"] if e["type"] == "approval.requested")
