@@ -274,8 +274,9 @@ class _Question:
 class ApprovalDesk:
     """The runner's questions, each waiting for one answer over HTTP until its deadline.
 
-    A question is opened when its ``approval.requested`` event passes through the job store -- before
-    any page can read it, so an answer never races its question -- and answered at most once, for
+    A question is opened when the run announces it (``ChannelApprover.announce``, called by
+    ``ask_operator`` before the ``approval.requested`` event is written, so the operator's page never
+    reads an event whose question the desk does not know yet) and answered at most once, for
     the run that asked it, before its deadline. The run's approver (``approver``) waits on it; a
     cancel or the end of the run closes it. Closed questions are kept (up to ``MAX_KEPT``) so that a
     late or repeated answer gets a clear 409 rather than a 404.
@@ -288,7 +289,7 @@ class ApprovalDesk:
         self._questions: OrderedDict[str, _Question] = OrderedDict()
 
     def open(self, run_id: str, approval_id: str, seconds: float) -> None:
-        """Register a question announced by ``run_id`` (from its event: id and seconds left)."""
+        """Register a question announced by ``run_id`` (its id and the seconds left)."""
         if not isinstance(approval_id, str) or not APPROVAL_ID.match(approval_id):
             return
         with self._lock:

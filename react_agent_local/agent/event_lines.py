@@ -18,6 +18,12 @@ def _short(value: Any, limit: int = 140) -> str:
 
 
 def format_event(e: dict[str, Any]) -> str | None:
+    """The line of one event, every control and bidi character in it a visible escape."""
+    line = _line(e)
+    return visible(line) if line is not None else None
+
+
+def _line(e: dict[str, Any]) -> str | None:
     t, step = e["type"], e.get("step", 0)
     head = f"[{e['elapsed_ms'] / 1000:7.2f}s] step {step:>2} "
     if t == "run.started":
@@ -75,8 +81,8 @@ def format_event(e: dict[str, Any]) -> str | None:
         return (head + f"version {e['trial']} of {e['function']} ({e.get('lines', '?')} lines) on a scratch copy: "
                 f"{outcome}, {e['duration_ms'] / 1000:.2f}s")
     if t == "approval.decided":
-        channel = f" via {visible(str(e['channel']))}" if e.get("channel") else ""
-        return head + f"bash graded {e['level']} ({visible(_short(e['reason'], 80))}): {e['decision']} ({e['by']}{channel})"
+        channel = f" via {e['channel']}" if e.get("channel") else ""
+        return head + f"bash graded {e['level']} ({_short(e['reason'], 80)}): {e['decision']} ({e['by']}{channel})"
     if t == "run.finished":
         return f"run finished: {e['status']}/{e['stop_reason']}" + (f" ({e['error']['message']})" if e.get("error") else "")
     return None

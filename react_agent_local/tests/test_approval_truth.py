@@ -122,12 +122,15 @@ def test_the_event_keeps_the_whole_command_up_to_the_bash_tools_limit_and_names_
     assert request.operator_view()["approval_id"] == request.id
 
 
-def test_the_decided_line_in_the_terminal_shows_escapes() -> None:
+def test_every_terminal_line_of_an_event_shows_escapes() -> None:
     line = format_event({"type": "approval.decided", "step": 1, "elapsed_ms": 10, "level": "unknown",
                          "reason": "eval\x1b[2K\rread_only", "decision": "refuse", "by": "operator:denied",
                          "channel": "terminal"})
     assert line is not None and "\x1b" not in line and "\r" not in line
     assert "eval\\x1b[2K\\x0dread_only" in line and "via terminal" in line
+    action = format_event({"type": "decision.valid", "step": 1, "elapsed_ms": 10, "decision_summary": "s\u202e",
+                           "decision": {"type": "action", "tool": "bash", "arguments": {"command": "ls \u202etxt.hsab"}}})
+    assert action is not None and "\u202e" not in action and action.count("\\u202e") == 2
 
 
 # ---------------------------------------------------------------- through the runner
