@@ -77,6 +77,8 @@
       init.headers = { 'Content-Type': 'application/json' };
       init.body = JSON.stringify(opts.body);
     }
+    // The operator token (see the Approvals block) goes only where a caller passes it.
+    if (opts.token) init.headers = { ...(init.headers || {}), Authorization: 'Bearer ' + opts.token };
     let response;
     try {
       response = await fetch(base + path, init);
@@ -901,7 +903,19 @@
       : '';
   }
 
-  // Approvals --------------------------------------------------------------------------------
+  // ==========================================================================================
+  // Approvals: the operator's card and the operator token (issue 52). Begin of the block.
+  //
+  // Only the operator answers: the runner prints, at start, a link to this page whose fragment
+  // carries the runner's address and its token (#runner=...&runner-token=...). takeOperatorToken
+  // keeps the token in sessionStorage under the runner's origin and removes it from the address
+  // bar; it is sent (Authorization: Bearer) only to that runner and only to read and answer the
+  // questions (GET /agent/runs/{id}/approvals, POST .../approvals/{approval_id}). The trace's
+  // approval.requested event names no id and shows paths outside the workspace as <path>; with the
+  // token the card shows the runner's own copy of the question: the whole command, real paths.
+  // Every character that could hide, move or reorder text is drawn as a visible escape (\x1b,
+  // \u202e) in a marked span; the command scrolls and its size is shown, so nothing is cut silently.
+  // ==========================================================================================
 
   const LEVEL_TEXT = { read_only: '只读', workspace_write: '写工作区', network: '网络', unknown: '无法证明安全',
     privilege: '提权', destructive: '破坏性' };
@@ -909,7 +923,55 @@
   const BY_TEXT = { policy: '批准策略', pack_test_command: '任务包的测试命令', 'operator:approved': '你批准了',
     'operator:denied': '你拒绝了', 'operator:deadline': '到期未回答', 'operator:no_approver': '无人可批准',
     'operator:cancelled': '运行已取消' };
+  const CHANNEL_TEXT = { page: '经本页（operator 令牌）', terminal: '经终端' };
   const levelText = (level) => (LEVEL_TEXT[level] ? LEVEL_TEXT[level] + ' ' : '') + '(' + (level || '?') + ')';
+
+  const TOKEN_KEY = 'react-agent.runner-token:';
+  const TOKEN_SHAPE = /^[A-Za-z0-9_-]{32,128}$/;
+
+  /** Read #runner=...&runner-token=... once at load, keep the token for that runner, clear the fragment. */
+  function takeOperatorToken() {
+    const fragment = location.hash.replace(/^#/, '');
+    if (!/(^|&)runner-token=/.test(fragment)) return;
+    const params = new URLSearchParams(fragment);
+    const token = params.get('runner-token') || '';
+    const runner = normalizeRunnerUrl(params.get('runner') || $('runner-url').value);
+    // The token leaves the address bar (and the history entry) whatever it holds.
+    history.replaceState(null, '', location.pathname + location.search);
+    if (!runner.ok || !TOKEN_SHAPE.test(token)) return;
+    try { sessionStorage.setItem(TOKEN_KEY + runner.base, token); } catch (e) { return; }
+    $('runner-url').value = runner.base;
+  }
+
+  /** The operator token of the runner at ``base`` (an origin), or null. */
+  function operatorToken(base) {
+    try { return base ? sessionStorage.getItem(TOKEN_KEY + base) : null; } catch (e) { return null; }
+  }
+
+  // What Python's approvals.visible escapes: controls (but \n), format (bidi, zero-width), separators,
+  // surrogates, private use, unassigned.
+  const HIDDEN_CHAR = /(?!\n)[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Cs}\p{Co}\p{Cn}]/u;
+
+  function escapeOf(ch) {
+    const code = ch.codePointAt(0);
+    const hex = (n) => code.toString(16).padStart(n, '0');
+    return code < 0x100 ? '\\x' + hex(2) : code < 0x10000 ? '\\u' + hex(4) : '\\U' + hex(8);
+  }
+
+  /** Text nodes, with each hidden character as a <span class="ctl"> holding its escape. */
+  function visibleNodes(text) {
+    const nodes = [];
+    let plain = '';
+    for (const ch of String(text ?? '')) {
+      if (HIDDEN_CHAR.test(ch)) {
+        if (plain) nodes.push(document.createTextNode(plain));
+        plain = '';
+        nodes.push(el('span', { class: 'ctl', title: 'U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0'), text: escapeOf(ch) }));
+      } else plain += ch;
+    }
+    if (plain) nodes.push(document.createTextNode(plain));
+    return nodes;
+  }
 
   /** The question the run waits on: the last approval.requested with no approval.decided after it
    *  (a run asks one question at a time, and the bash tool decides each before the next). */
@@ -923,41 +985,59 @@
   }
 
   let approvalTimer = null;
-  const approval = { id: null, runId: null, runnerBase: null, expiresAt: 0, sent: false };
+  const approval = { seq: null, id: null, runId: null, runnerBase: null, expiresAt: 0, sent: false, note: '' };
 
   function secondsLeft() {
     return Math.max(0, Math.ceil((approval.expiresAt - Date.now()) / 1000));
   }
 
-  function tickApproval() {
-    if (!approval.id) return;
-    const left = secondsLeft();
-    $('approval-countdown').textContent = left > 0 ? '剩余 ' + left + ' 秒' : '已到期：命令被拒绝';
-    if (left <= 0) {
-      $('approval-approve').disabled = true;
-      $('approval-deny').disabled = true;
-    }
+  function setApprovalButtons(enabled) {
+    $('approval-approve').disabled = !enabled;
+    $('approval-deny').disabled = !enabled;
   }
 
-  /** Show one approval.requested event on the card; every field as textContent. */
-  function showApproval(event, run) {
+  function tickApproval() {
+    if (approval.seq === null) return;
+    const left = secondsLeft();
+    $('approval-countdown').textContent = left > 0 ? '剩余 ' + left + ' 秒' : '已到期：命令被拒绝';
+    if (left <= 0) setApprovalButtons(false);
+  }
+
+  /** Show one question on the card: a trace event (no id: it cannot be answered from it) or the
+   *  operator's copy from the runner (with its id). Every field as text, escapes made visible. */
+  function showApproval(question, run) {
     const card = $('approval-card');
-    if (approval.id !== event.approval_id) {
-      approval.id = String(event.approval_id || '');
-      approval.runId = run ? run.id : null;
-      approval.runnerBase = run ? run.runnerBase : null;
-      const expires = Date.parse(event.expires_at);
-      approval.expiresAt = Number.isFinite(expires) ? expires : Date.now() + 1000 * Number(event.seconds || 0);
-      approval.sent = false;
-      $('approval-command').textContent = String(event.command || '');
-      $('approval-level').textContent = levelText(event.level);
-      $('approval-reason').textContent = String(event.reason || '');
-      const hidden = /<path>|\[redacted\]/.test(String(event.command || ''));
-      $('approval-note').textContent = 'Job 正在等待你的回答；到期未回答即视为拒绝。命令只在沙箱中运行（只有工作区可写、没有网络）。' +
-        (hidden ? '命令中的主机路径显示为 <path>、密钥显示为 [redacted]；看不全的命令请拒绝。' : '');
-      $('approval-approve').disabled = false;
-      $('approval-deny').disabled = false;
+    const command = String(question.command ?? '');
+    approval.seq = question.seq ?? question.approval_id ?? '';
+    approval.id = question.approval_id ? String(question.approval_id) : null;
+    approval.runId = run ? run.id : null;
+    approval.runnerBase = run ? run.runnerBase : null;
+    const expires = Date.parse(question.expires_at);
+    approval.expiresAt = Number.isFinite(expires) ? expires : Date.now() + 1000 * Number(question.seconds || 0);
+    approval.sent = false;
+    clear($('approval-command'), visibleNodes(command));
+    $('approval-command').scrollTop = 0;
+    const lines = command.split('\n').length;
+    const hidden = $('approval-command').querySelectorAll('.ctl').length;
+    $('approval-size').textContent = '整条命令：' + lines + ' 行 · ' + [...command].length + ' 字符' +
+      (lines > 8 ? '（框内可滚动，请看到最后一行再回答）' : '') +
+      (hidden ? ' · ' + hidden + ' 个控制/方向/零宽字符以转义显示（红底）' : '');
+    $('approval-level').textContent = levelText(question.level);
+    clear($('approval-reason'), visibleNodes(question.reason));
+    const token = operatorToken(approval.runnerBase);
+    if (approval.id) {
+      approval.note = 'Job 正在等待你的回答；到期未回答即视为拒绝。命令只在沙箱中运行（只有工作区可写、没有网络）。' +
+        (command.includes('{workspace}') ? '{workspace} 是工作区目录；其他路径按命令原样显示。' : '');
+    } else if (run && !token) {
+      approval.note = '只有启动 Runner 的人能批准：请用 Runner 启动时在终端打印的链接（operator link）打开本页，链接里带着这次启动的令牌。' +
+        '这里显示的是 trace 里的命令（工作区外的路径显示为 <path>）。';
+    } else if (run) {
+      approval.note = '正在向 Runner 读取这个问题（完整命令与真实路径）……';
+    } else {
+      approval.note = '';
     }
+    $('approval-note').textContent = approval.note;
+    setApprovalButtons(!!approval.id && (!run || !!token));
     card.hidden = false;
     if (!approvalTimer) approvalTimer = setInterval(tickApproval, 250);
     tickApproval();
@@ -965,31 +1045,58 @@
 
   function hideApproval() {
     $('approval-card').hidden = true;
+    approval.seq = null;
     approval.id = null;
     if (approvalTimer) { clearInterval(approvalTimer); approvalTimer = null; }
   }
 
-  function renderApproval(run, events) {
-    const pending = TERMINAL.has(run.status) ? null : pendingApproval(events);
-    if (pending) showApproval(pending, run);
-    else hideApproval();
+  function tokenProblem(res) {
+    return res.status === 401 || res.status === 403
+      ? 'Runner 不接受这个页面的回答（' + res.error.code + '）：令牌缺失或不是这次启动的（Runner 每次启动都换新令牌）。请用 Runner 这次启动时打印的链接重新打开本页。'
+      : '未能读取或发送：' + res.error.code + ' · ' + res.error.message;
   }
 
-  /** The learner's answer: POST /agent/runs/{id}/approvals/{approval_id} (once; the runner checks
-   *  the deadline and that the question belongs to this run). */
+  /** With the operator token, replace the trace's view of the question by the runner's own copy. */
+  async function loadOperatorQuestion(run, seq) {
+    const token = operatorToken(run.runnerBase);
+    if (!token) return;
+    for (let attempt = 0; attempt < 5; attempt += 1) {
+      const res = await runnerFetch(run.runnerBase, '/agent/runs/' + encodeURIComponent(run.id) + '/approvals', { token });
+      if (approval.seq !== seq) return;  // the run moved on
+      if (!res.ok) { $('approval-note').textContent = tokenProblem(res); return; }
+      const list = (res.data && res.data.approvals) || [];
+      if (list.length) { showApproval({ ...list[list.length - 1], seq }, run); return; }
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    }
+  }
+
+  function renderApproval(run, events) {
+    const pending = TERMINAL.has(run.status) ? null : pendingApproval(events);
+    if (!pending) { hideApproval(); return; }
+    if (approval.seq === pending.seq) return;  // shown already (perhaps as the operator's copy)
+    showApproval(pending, run);
+    loadOperatorQuestion(run, pending.seq);
+  }
+
+  /** The operator's answer: POST /agent/runs/{id}/approvals/{approval_id} with the token (once; the
+   *  runner checks the token, the deadline and that the question belongs to this run). */
   async function answerApproval(decision) {
     if (!approval.id || approval.sent || !approval.runId) return;
+    const token = operatorToken(approval.runnerBase);
+    if (!token) return;
     approval.sent = true;
-    $('approval-approve').disabled = true;
-    $('approval-deny').disabled = true;
+    setApprovalButtons(false);
     const id = approval.id;
     const res = await runnerFetch(approval.runnerBase, '/agent/runs/' + encodeURIComponent(approval.runId) +
-      '/approvals/' + encodeURIComponent(id), { method: 'POST', body: { decision } });
+      '/approvals/' + encodeURIComponent(id), { method: 'POST', body: { decision }, token });
     if (approval.id !== id) return;
     $('approval-note').textContent = res.ok
       ? '已发送：' + (decision === 'approve' ? '批准' : '拒绝') + '。等待 Runner 继续……'
-      : '未能发送：' + res.error.code + ' · ' + res.error.message;
+      : tokenProblem(res);
   }
+
+  // Approvals: end of the block.
+  // ==========================================================================================
 
   function renderFinal(run) {
     const box = $('run-final');
@@ -1117,12 +1224,12 @@
           count !== undefined ? row('next', 'next state', el('span', { text: 'observation_count = ' + count })) : null);
       }
       case 'approval.requested':
-        return row('ask', '等待批准', el('code', { text: String(e.command || '') }), ' ',
-          el('span', { text: levelText(e.level) + ' · ' + (e.reason || '') }));
+        return row('ask', '等待批准', el('code', {}, visibleNodes(e.command)), ' ',
+          el('span', { text: levelText(e.level) + ' · ' }, visibleNodes(e.reason)));
       case 'approval.decided':
-        return row(e.decision === 'run' ? 'obs' : 'bad', 'bash 风险评级', el('code', { text: String(e.command || '') }), ' ',
-          el('span', { text: levelText(e.level) + ' · ' + (e.reason || '') + ' → ' + (DECISION_TEXT[e.decision] || e.decision) +
-            '（' + (BY_TEXT[e.by] || e.by || '') + '）' }));
+        return row(e.decision === 'run' ? 'obs' : 'bad', 'bash 风险评级', el('code', {}, visibleNodes(e.command)), ' ',
+          el('span', { text: levelText(e.level) + ' · ' }, visibleNodes(e.reason), ' → ' + (DECISION_TEXT[e.decision] || e.decision) +
+            '（' + (BY_TEXT[e.by] || e.by || '') + (e.channel && CHANNEL_TEXT[e.channel] ? '，' + CHANNEL_TEXT[e.channel] : '') + '）'));
       case 'fix.trial':
         return row(e.passed ? 'obs' : 'bad', '修复试跑', el('span', { text: '第 ' + e.trial + ' 次：在工作区副本上按诊断改 ' +
           String(e.function || '') + (e.fix ? '（' + (e.named ? '由运行时指定的行 ' : '') + '`' + String(e.line || '') + '` → `' +
@@ -1622,6 +1729,7 @@
   // ------------------------------------------------------------------------------------------
 
   function init() {
+    takeOperatorToken();  // first: the link's fragment names the runner and its token
     renderExp1();
     $('exp1-prev').addEventListener('click', () => { if (exp1Index > 0) { exp1Index -= 1; renderExp1(); } });
     $('exp1-next').addEventListener('click', () => { if (exp1Index < EXP1.length - 1) { exp1Index += 1; renderExp1(); } });
@@ -1659,6 +1767,7 @@
   }
 
   // Exposed for the browser tests and for curious readers in the console.
-  window.ReactAgentPage = { normalizeRunnerUrl, stripHidden, deriveStages, explainFor, pendingApproval, showApproval };
+  window.ReactAgentPage = { normalizeRunnerUrl, stripHidden, deriveStages, explainFor, pendingApproval, showApproval,
+    visibleNodes, operatorToken };
   document.addEventListener('DOMContentLoaded', init);
 })();

@@ -105,6 +105,7 @@ class Process:
                  ready_path: str = "/"):
         self.args, self.base_url, self.log_path, self.env, self.ready_path = args, base_url, log_path, env, ready_path
         self.proc: subprocess.Popen | None = None
+        self.token: str | None = None  # a runner's operator token (start_runner reads it)
 
     def start(self, timeout: float = 40.0) -> "Process":
         self.log = open(self.log_path, "ab")
@@ -150,10 +151,21 @@ def start_runner(tmp: Path, site_port: int, script: list[Any] | None, extra_args
         script_file.write_text(json.dumps(script), encoding="utf-8")
         env[TEST_POLICY_ENV] = str(script_file)
     runs = tmp / f"runs-{port}"
+    token_file = tmp / f"token-{port}"  # the operator token: here, not in the user's cache
     args = [sys.executable, str(RUNNER_SCRIPT), "--port", str(port), "--runs-dir", str(runs),
-            "--allow-origin", f"http://127.0.0.1:{site_port}", "--log-level", "warning", *extra_args]
-    return Process(args, f"http://127.0.0.1:{port}", tmp / f"runner-{port}.log", env=env,
+            "--allow-origin", f"http://127.0.0.1:{site_port}", "--log-level", "warning",
+            "--token-file", str(token_file), *extra_args]
+    proc = Process(args, f"http://127.0.0.1:{port}", tmp / f"runner-{port}.log", env=env,
                    ready_path="/status").start(timeout=60)
+    proc.token = token_file.read_text(encoding="ascii").strip()
+    return proc
+
+
+def operator_link(site: Process, runner: Process) -> str:
+    """The lab page as the runner's start banner links it: the runner and its token in the fragment."""
+    from agent.operator_token import page_link
+
+    return page_link(site.base_url, runner.base_url, runner.token)
 
 
 def write_tiny_gguf(path: Path) -> Path:

@@ -5,7 +5,8 @@ same two questions (``LoopbackGate``, one implementation with one code per refus
 a loopback name with this server's port (else 421 ``forbidden_host``: DNS rebinding), and is an
 ``Origin``, when sent, one of the allowed ones (else 403 ``forbidden_origin``)? The course site
 (``algolab/app.py``) allows only its own origin and GET; the runner's ``BrowserBoundary`` goes on:
-it answers CORS only for the exact allowed origins (never ``*``, never credentials), allows only
+it answers CORS only for the exact allowed origins (never ``*``, never credentials; the one extra
+request header a preflight allows is ``Authorization``, for the operator's token), allows only
 GET/POST/OPTIONS, requires a JSON content type on writes (no "simple" cross-site POST), and counts
 body bytes as they arrive (over the limit: 413 without buffering the whole body). Refusals use the
 same structured error body as the routes.
@@ -164,7 +165,8 @@ class BrowserBoundary:
             return
         extra = [
             (b"access-control-allow-methods", b"GET, POST"),
-            (b"access-control-allow-headers", b"Content-Type"),
+            # Authorization carries the operator's token (agent/operator_token.py), for allowed origins only.
+            (b"access-control-allow-headers", b"Content-Type, Authorization"),
             (b"access-control-max-age", b"600"),
         ]
         if headers.get("access-control-request-private-network", [""])[0].lower() == "true":

@@ -1,12 +1,15 @@
 """One trace event as a line a person reads in the terminal (``format_event``): the steps that
 ``react-agent run`` and ``react-agent chat`` print as a run goes (``cli.py``, ``sessions/command.py``).
-An event nobody shows is None.
+An event nobody shows is None. Text a command or a model wrote is printed with its control and
+bidi characters as visible escapes (``approvals.visible``): no event can redraw the terminal.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from .approvals import visible
 
 
 def _short(value: Any, limit: int = 140) -> str:
@@ -15,6 +18,12 @@ def _short(value: Any, limit: int = 140) -> str:
 
 
 def format_event(e: dict[str, Any]) -> str | None:
+    """The line of one event, every control and bidi character in it a visible escape."""
+    line = _line(e)
+    return visible(line) if line is not None else None
+
+
+def _line(e: dict[str, Any]) -> str | None:
     t, step = e["type"], e.get("step", 0)
     head = f"[{e['elapsed_ms'] / 1000:7.2f}s] step {step:>2} "
     if t == "run.started":
@@ -72,7 +81,8 @@ def format_event(e: dict[str, Any]) -> str | None:
         return (head + f"version {e['trial']} of {e['function']} ({e.get('lines', '?')} lines) on a scratch copy: "
                 f"{outcome}, {e['duration_ms'] / 1000:.2f}s")
     if t == "approval.decided":
-        return head + f"bash graded {e['level']} ({_short(e['reason'], 80)}): {e['decision']} ({e['by']})"
+        channel = f" via {e['channel']}" if e.get("channel") else ""
+        return head + f"bash graded {e['level']} ({_short(e['reason'], 80)}): {e['decision']} ({e['by']}{channel})"
     if t == "run.finished":
         return f"run finished: {e['status']}/{e['stop_reason']}" + (f" ({e['error']['message']})" if e.get("error") else "")
     return None

@@ -15,14 +15,18 @@ Every error that crosses HTTP has the shape ``{"error": {"code", "message"}}`` w
 (``agent/routes/errors.py``): bad_request, not_found, forbidden_host, forbidden_origin,
 method_not_allowed, unsupported_media_type, payload_too_large, validation_error, already_finished,
 model_unavailable, unknown_pack, queue_full, too_many_streams, runner_busy, workspace_not_configured,
-workspace_busy, approval_not_allowed, approval_closed, internal_error (the session routes add theirs:
+workspace_busy, approval_not_allowed, approval_closed, operator_token_required (401),
+operator_token_invalid (403), internal_error (the session routes add theirs:
 ``agent/session_routes.py``).
 
 Workspace tools (``agent/runner_workspace.py``): the operator's ``--workspace DIR``, ``--approval`` and
 ``--approval-seconds`` are the most any job gets; a request may narrow them, never widen them, and
 never names a folder or opts out of the sandbox. While a job's bash command waits for approval its
-trace has an ``approval.requested`` event; ``POST /agent/runs/{id}/approvals/{approval_id}`` with
-``{"decision": "approve" | "deny"}`` answers it once, before its deadline (``approvals.ApprovalDesk``).
+trace has an ``approval.requested`` event (the whole command, no id); only the operator -- who holds
+the token the runner makes and prints at start (``agent/operator_token.py``) -- can read the question
+(``GET /agent/runs/{id}/approvals``) and answer it once, before its deadline, with
+``POST /agent/runs/{id}/approvals/{approval_id}`` and ``{"decision": "approve" | "deny"}``
+(``approvals.ApprovalDesk``).
 
 A run is followed by polling ``GET /agent/runs/{id}?after_seq=n`` or through the Server-Sent Events
 of ``GET /agent/runs/{id}/events`` (agent/streaming.py). OpenTelemetry spans of each run
@@ -49,10 +53,12 @@ from typing import Any
 from fastapi import FastAPI
 
 from . import __version__
+from . import secrets as secret_values
 from .boundary import BrowserBoundary
 # KEEP_ALIVE_SECONDS: the keep-alive main's server runs with (tests read it here).
 from .connections import KEEP_ALIVE_SECONDS, server_config  # noqa: F401
 from .job_store import JobStore, PolicyFactory
+from .operator_token import default_token_file, page_link, remove_token_file, write_token_file
 from .packs import DEFAULT_RUNS_DIR
 from .routes import models, runs, schema, status
 from .routes.context import DEFAULT_ORIGINS, DEFAULT_PORT, RunnerContext, RunnerSettings, run_with_tools
@@ -97,6 +103,8 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
         yield
         store.close()
         sessions.close()
+        for cleanup in app.state.on_shutdown:  # main's token file: gone before uvicorn re-raises the signal
+            cleanup()
         if telemetry is not None:
             telemetry.shutdown()
 
@@ -105,6 +113,7 @@ def create_app(settings: RunnerSettings | None = None) -> FastAPI:
     app.state.runner = runner
     app.state.store = store
     app.state.settings = settings
+    app.state.on_shutdown = []
     app.add_middleware(BrowserBoundary, port=settings.port, allow_origins=tuple(settings.allow_origins),
                        max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
@@ -172,6 +181,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--approval", default="ask_on_risk", choices=list(APPROVAL_MODES),
                         help="when a job's bash command waits for the lab page's 批准/拒绝 (default ask_on_risk); a "
                              "request may only choose a stricter policy")
+    parser.add_argument("--token-file", type=Path, default=None, metavar="PATH",
+                        help="where to write this runner's operator token, readable by you only (default "
+                             "~/.cache/react-agent-local/runner-<port>.token); the lab page gets it from the link "
+                             "printed at start, and only it can answer approvals")
     parser.add_argument("--approval-seconds", type=float, default=RUNNER_APPROVAL_SECONDS, metavar="SECONDS",
                         help=f"how long a job waits for that answer before the command is refused "
                              f"(default {RUNNER_APPROVAL_SECONDS:.0f})")
@@ -231,12 +244,31 @@ def main(argv: list[str] | None = None) -> None:
           f"template, a copy in the run's folder for packs with one; always sandboxed; approval {settings.approval}, "
           f"{settings.approval_seconds:.0f} s to answer", flush=True)
     bind = "127.0.0.1" if settings.host == "localhost" else settings.host
+    # Nothing the runner writes or serves may echo the operator token: the redactor knows it too.
+    secret_values.register([settings.operator_token])
     app = create_app(settings)
     shown = f"[{bind}]" if ":" in bind else bind
-    print(f"ReAct Agent Local runner {__version__} on http://{shown}:{args.port} "
+    base = f"http://{shown}:{args.port}"
+    print(f"ReAct Agent Local runner {__version__} on {base} "
           f"(origins: {', '.join(settings.allow_origins)}; Python {platform.python_version()})", flush=True)
+    token_file = args.token_file or default_token_file(args.port)
+    try:
+        write_token_file(token_file, settings.operator_token)
+    except OSError as exc:
+        print(f"error: cannot write the operator token file ({type(exc).__name__}); choose one with --token-file",
+              file=sys.stderr, flush=True)
+        sys.exit(2)
+    # The operator's terminal is the one place the token is shown (as Jupyter does): whoever opens
+    # this link is the operator; the page removes the token from its address bar at once.
+    app.state.on_shutdown.append(lambda: remove_token_file(token_file, settings.operator_token))
+    print(f"operator link (approvals are answered only from it; keep it private):\n    "
+          f"{page_link(settings.allow_origins[0], base, settings.operator_token)}\n"
+          f"the token is also in {token_file} (readable by you only)", flush=True)
     server = uvicorn.Server(server_config(app, bind, args.port, write_seconds=settings.stream_send_seconds,
                                           log_level=args.log_level, access_log=args.access_log))
-    server.run()
+    try:
+        server.run()
+    finally:
+        remove_token_file(token_file, settings.operator_token)
     if not server.started:  # the port is taken, say; as uvicorn.run does
         sys.exit(3)

@@ -48,6 +48,30 @@ def make_client(runs_dir: Path, script: list[Any] | None = None, **overrides: An
     return TestClient(create_app(settings), base_url=BASE_URL)
 
 
+def operator_token(client: Any) -> str:
+    """The operator token of the runner behind ``client`` (an in-process TestClient)."""
+    return client.app.state.settings.operator_token
+
+
+def operator_headers(token: str) -> dict[str, str]:
+    """What the operator's page sends with an approval read or answer."""
+    return {"authorization": f"Bearer {token}"}
+
+
+def pending_approvals(client: Any, run_id: str, token: str | None = None) -> list[dict[str, Any]]:
+    """The questions ``run_id`` waits on, read as the operator (``token`` defaults to the TestClient's)."""
+    reply = client.get(f"/agent/runs/{run_id}/approvals", headers=operator_headers(token or operator_token(client)))
+    assert reply.status_code == 200, reply.text
+    return reply.json()["approvals"]
+
+
+def answer_approval(client: Any, run_id: str, approval_id: str, decision: str = "approve",
+                    token: str | None = None, headers: dict[str, str] | None = None) -> Any:
+    """POST the operator's answer (with the token; ``headers`` add to it)."""
+    sent = {**operator_headers(token or operator_token(client)), **(headers or {})}
+    return client.post(f"/agent/runs/{run_id}/approvals/{approval_id}", json={"decision": decision}, headers=sent)
+
+
 def wait_for(client: Any, run_id: str, predicate, timeout: float = 30.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
@@ -109,6 +133,9 @@ class RunnerProcess:
         self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
         self.base_url = f"http://127.0.0.1:{self.port}"
+        #: the runner's operator token, read from its --token-file once it is up
+        self.token_file = runs_dir.parent / f"token-{self.port}"
+        self.token: str | None = None
 
     def start(self, timeout: float = 30.0) -> "RunnerProcess":
         assert self.proc is None, "this runner is already started"
@@ -116,7 +143,8 @@ class RunnerProcess:
         self.log = open(self.runs_dir.parent / f"runner-{self.port}.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, str(PACKAGE_ROOT / "algolab_local_runner.py"), "--port", str(self.port),
-             "--runs-dir", str(self.runs_dir), "--log-level", "warning", *self.extra_args],
+             "--runs-dir", str(self.runs_dir), "--log-level", "warning", "--token-file", str(self.token_file),
+             *self.extra_args],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent if os.name == "posix" else None)
         deadline = time.monotonic() + timeout
@@ -126,6 +154,7 @@ class RunnerProcess:
                 raise RuntimeError("runner exited early; see its log next to the runs folder")
             try:
                 if httpx.get(self.base_url + "/status", timeout=1.0).status_code == 200:
+                    self.token = self.token_file.read_text(encoding="ascii").strip()
                     return self
             except httpx.TransportError:
                 pass

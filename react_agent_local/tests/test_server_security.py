@@ -128,7 +128,8 @@ def test_allowed_origin_gets_exactly_itself(client, origin):
     assert preflight.status_code == 204
     assert preflight.headers["access-control-allow-origin"] == origin
     assert preflight.headers["access-control-allow-methods"] == "GET, POST"
-    assert preflight.headers["access-control-allow-headers"] == "Content-Type"
+    # Authorization carries the operator token of the approval routes (agent/operator_token.py); nothing else.
+    assert preflight.headers["access-control-allow-headers"] == "Content-Type, Authorization"
     assert "access-control-allow-credentials" not in preflight.headers
     created = client.post("/agent/runs", json=RUN, headers={"origin": origin})
     assert created.status_code == 202 and created.headers["access-control-allow-origin"] == origin

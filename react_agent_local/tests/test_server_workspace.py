@@ -14,7 +14,8 @@ import pytest
 
 import agent.packs
 from agent.server import RunnerSettings, _parse_args, create_app
-from server_support import PAGE_ORIGIN, RunnerProcess, make_client, wait_for, wait_terminal
+from server_support import (PAGE_ORIGIN, RunnerProcess, answer_approval, make_client, operator_headers, operator_token,
+                            pending_approvals, wait_for, wait_terminal)
 from workspace_support import BASH_STEPS, FIXTEST_PACK, fixtest_script
 
 JSON = {"content-type": "application/json"}
@@ -34,15 +35,20 @@ def decisions(view: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in view["events"] if e["type"] == "approval.decided"]
 
 
-def next_question(client: Any, run_id: str, seen: int = 0) -> dict[str, Any]:
-    """The run's question number ``seen`` + 1, once it is asked."""
+def next_question(client: Any, run_id: str, seen: int = 0, token: str | None = None) -> dict[str, Any]:
+    """The run's question number ``seen`` + 1, once it is asked: its event in the trace (which names
+    no approval id) with the id the operator reads from the approvals endpoint."""
     view = wait_for(client, run_id, lambda v: len(questions(v)) > seen or v["terminal"], timeout=60)
     assert len(questions(view)) > seen, (view["status"], view["error"])
-    return questions(view)[seen]
+    event = questions(view)[seen]
+    assert "approval_id" not in event
+    pending = pending_approvals(client, run_id, token)
+    assert len(pending) == 1 and pending[0]["command"] == event["command"], (pending, event)
+    return {**event, "approval_id": pending[0]["approval_id"]}
 
 
 def answer(client: Any, run_id: str, approval_id: str, decision: str = "approve", **kwargs: Any):
-    return client.post(f"/agent/runs/{run_id}/approvals/{approval_id}", json={"decision": decision}, **kwargs)
+    return answer_approval(client, run_id, approval_id, decision, **kwargs)
 
 
 def run_count(client: Any) -> int:
@@ -247,6 +253,8 @@ def test_the_answer_endpoint_keeps_the_browser_boundary(tmp_path):
         url = f"/agent/runs/{run_id}/approvals/{question['approval_id']}"
         body = json.dumps({"decision": "approve"})
         waiting = lambda: client.app.state.store.approvals.waiting(run_id)  # noqa: E731
+        # The operator's token rides on every attack: the boundary refuses them before any route.
+        token = operator_headers(operator_token(client))
         attacks = [
             ({"origin": "https://evil.example", **JSON}, body, 403),
             ({"origin": "null", **JSON}, body, 403),
@@ -264,25 +272,25 @@ def test_the_answer_endpoint_keeps_the_browser_boundary(tmp_path):
             (JSON, "[]", 422),
         ]
         for headers, content, status in attacks:
-            reply = client.post(url, headers=headers, content=content)
+            reply = client.post(url, headers={**token, **headers}, content=content)
             assert reply.status_code == status, (headers, reply.status_code, reply.text[:200])
             assert "access-control-allow-origin" not in reply.headers
             assert waiting() == 1, headers  # nothing answered it
         for method in ("GET", "PUT", "PATCH", "DELETE"):
-            assert client.request(method, url, headers=JSON, content=body).status_code == 405
+            assert client.request(method, url, headers={**token, **JSON}, content=body).status_code == 405
         preflight = client.options(url, headers={"origin": "https://evil.example", "access-control-request-method": "POST"})
         assert preflight.status_code == 403 and "access-control-allow-origin" not in preflight.headers
-        chunked = client.post(url, headers=JSON, content=(b"x" * 65536 for _ in range(8)))  # 512 KiB, no length
+        chunked = client.post(url, headers={**token, **JSON}, content=(b"x" * 65536 for _ in range(8)))  # 512 KiB, no length
         assert chunked.status_code == 413
         assert waiting() == 1
         for wrong in (f"/agent/runs/{other}/approvals/{question['approval_id']}",  # another run's question
                       f"/agent/runs/run-000000000000/approvals/{question['approval_id']}",
                       f"/agent/runs/{run_id}/approvals/apr-0000000000000000",
                       f"/agent/runs/{run_id}/approvals/..%2f..%2fcancel", f"/agent/runs/{run_id}/approvals/APR-x"):
-            reply = client.post(wrong, json={"decision": "approve"})
+            reply = client.post(wrong, json={"decision": "approve"}, headers=token)
             assert reply.status_code == 404 and reply.json()["error"]["code"] == "not_found", wrong
         assert waiting() == 1
-        good = client.post(url, headers={"origin": PAGE_ORIGIN}, json={"decision": "approve"})
+        good = client.post(url, headers={"origin": PAGE_ORIGIN, **token}, json={"decision": "approve"})
         assert good.status_code == 200 and good.headers["access-control-allow-origin"] == PAGE_ORIGIN
         assert waiting() == 0
         second = next_question(client, run_id, 1)
@@ -306,12 +314,13 @@ def test_a_real_runner_waits_for_the_approval_and_finishes_after_it(tmp_path):
         assert created.status_code == 202 and created.json()["request"]["workspace"]["approval"] == "always_ask"
         run_id = created.json()["id"]
         for n in range(BASH_STEPS):
-            question = next_question(client, run_id, n)
+            question = next_question(client, run_id, n, token=runner.token)
             time.sleep(0.3)
             view = client.get(f"/agent/runs/{run_id}").json()
             assert view["status"] == "running" and len(decisions(view)) == n  # it waits: nothing ran
-            reply = client.post(f"/agent/runs/{run_id}/approvals/{question['approval_id']}", json={"decision": "approve"})
+            reply = answer_approval(client, run_id, question["approval_id"], token=runner.token)
             assert reply.status_code == 200 and reply.headers["access-control-allow-origin"] == PAGE_ORIGIN
         view = wait_terminal(client, run_id, timeout=60)
         assert (view["status"], view["stop_reason"]) == ("completed", "completed"), view["error"]
         assert view["final"]["evidence_ids"] and [d["by"] for d in decisions(view)] == ["operator:approved"] * BASH_STEPS
+        assert [d["channel"] for d in decisions(view)] == ["page"] * BASH_STEPS

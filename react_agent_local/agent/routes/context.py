@@ -5,7 +5,8 @@ line). ``RunnerContext`` holds what every router needs -- the tool registry, ser
 the workspace rules, the job store, the session store and the stream slots -- and the checks a job
 passes before it is queued (``admit``). ``create_app`` puts one in ``app.state.runner``; a route asks
 for it with a parameter typed ``Runner`` (a FastAPI dependency, resolved on the event loop, so an
-async route still never leaves it).
+async route still never leaves it). A route only the operator may call lists ``OPERATOR_ONLY`` in
+its dependencies: it needs the runner's operator token (``agent/operator_token.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi import Depends, Request
 
 from ..contracts import RunRequest
 from ..job_store import JobStore, PolicyFactory, RunFunction
+from ..operator_token import bearer, new_token
 from ..packs import DEFAULT_RUNS_DIR, PackError, available_packs, load_pack
 from ..runner_workspace import RUNNER_APPROVAL_SECONDS, RunnerWorkspace, RunRefused
 from ..sessions.store import SessionStore
@@ -89,6 +91,9 @@ class RunnerSettings:
     #: session file (``agent/sessions/store.py``).
     max_sessions: int = 100
     max_session_bytes: int = 8 * 1024 * 1024
+    #: The operator's token (``agent/operator_token.py``): made fresh for each runner, printed at
+    #: start; reading and answering approvals needs it. Never part of a request, a response or a log.
+    operator_token: str = field(default_factory=new_token, repr=False)
 
 
 def pack_tools(tools: ToolRegistry, pack: Any) -> ToolRegistry:
@@ -161,3 +166,18 @@ async def runner_context(request: Request) -> RunnerContext:
 
 #: A route's parameter for the runner's shared objects.
 Runner = Annotated[RunnerContext, Depends(runner_context)]
+
+
+async def operator_only(request: Request) -> None:
+    """Refuse a request without the operator's token: 401 when none is sent, 403 when it is wrong."""
+    problem = bearer(request.headers.getlist("authorization"), request.app.state.runner.settings.operator_token)
+    if problem == "required":
+        raise ApiError(401, "operator_token_required",
+                       "only the operator may do this: open the lab page from the link the runner printed at start "
+                       "(or send Authorization: Bearer <the token in the runner's token file>)")
+    if problem is not None:
+        raise ApiError(403, "operator_token_invalid", "this is not the token of this runner (it changes at each start)")
+
+
+#: Dependencies of a route only the operator may call.
+OPERATOR_ONLY = [Depends(operator_only)]

@@ -6,9 +6,13 @@ answer its approvals, have it explained, fetch its PNGs.
     GET  /agent/runs/{id}?after_seq=n                status and the events after n
     GET  /agent/runs/{id}/events                     the same events as SSE (agent/streaming.py)
     POST /agent/runs/{id}/cancel                     stop a queued or running job
-    POST /agent/runs/{id}/approvals/{approval_id}    approve or deny the command the job waits on
+    GET  /agent/runs/{id}/approvals                  the questions the job waits on (operator only)
+    POST /agent/runs/{id}/approvals/{approval_id}    approve or deny the command the job waits on (operator only)
     POST /agent/runs/{id}/explain                    the model's explanation of a finished run (NDJSON)
     GET  /agent/runs/{id}/artifacts/{artifact_id}    one PNG of the run's plot tool
+
+The approval routes need the runner's operator token (``context.OPERATOR_ONLY``): the trace, which
+any local process may read, never carries a question's id or the real paths of its command.
 
 The two reads of a run's events are async: they read the job store without waiting on the worker
 (``agent/job_store.py``), on the event loop, with no thread pool in the way.
@@ -34,7 +38,7 @@ from ..job_store import JobAlreadyFinished, JobNotFound, QueueFull, WorkspaceBus
 from ..model_policy import ModelUnavailable
 from ..secrets import HeldBack
 from ..trace import redact
-from .context import Runner
+from .context import OPERATOR_ONLY, Runner
 from .errors import ApiError
 from .model_checks import check_model_path
 
@@ -130,7 +134,25 @@ def cancel_run(run_id: str, runner: Runner) -> JSONResponse:
         raise ApiError(409, "already_finished", str(exc)) from None
 
 
-@router.post("/agent/runs/{run_id}/approvals/{approval_id}")
+_OPERATOR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No operator token (operator_token_required)."},
+    403: {"description": "A wrong operator token (operator_token_invalid), or a refused Origin."},
+}
+
+
+@router.get("/agent/runs/{run_id}/approvals", dependencies=OPERATOR_ONLY, responses=_OPERATOR_RESPONSES)
+def list_approvals(run_id: str, runner: Runner) -> JSONResponse:
+    """The questions the job waits on now, each with its id, the whole command (the workspace as
+    ``{workspace}``, other paths as written), its grade, reason and deadline."""
+    try:
+        runner.store.view(run_id, 10**9)  # an unknown run is a 404, not an empty list
+    except JobNotFound:
+        raise ApiError(404, "not_found", "no such run") from None
+    return JSONResponse({"run_id": run_id, "approvals": runner.store.approvals.pending(run_id)})
+
+
+@router.post("/agent/runs/{run_id}/approvals/{approval_id}", dependencies=OPERATOR_ONLY,
+             responses=_OPERATOR_RESPONSES)
 def answer_approval(run_id: str, approval_id: str, body: ApprovalAnswer, runner: Runner) -> JSONResponse:
     """Approve or deny the command a running job waits on (once, before its deadline)."""
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..approvals import ApprovalRequest, ask_operator
+from ..approvals import ApprovalRequest, ask_operator, channel_of
 from . import workspace_ops as ops
 from .base import StrictArgs, Tool, ToolContext, ToolError
 
@@ -111,12 +111,16 @@ def approve(ctx: ToolContext, command: str, cancel: threading.Event) -> dict[str
         deadline = time.monotonic() + ctx.approval_seconds
         if ctx.deadline is not None:
             deadline = min(deadline, ctx.deadline)
+        root = str(ctx.workspace.root) if ctx.workspace is not None else None
         verdict = ask_operator(ctx.approver, ApprovalRequest(tool="bash", command=command, level=grade.level,
-                                                             reason=grade.reason, deadline=deadline), cancel, ctx.emit)
+                                                             reason=grade.reason, deadline=deadline, workspace=root),
+                               cancel, ctx.emit)
         decision, by = ("run" if verdict == "approved" else "refuse"), f"operator:{verdict}"
     outcome = {"level": grade.level, "reason": grade.reason, "decision": decision, "by": by}
+    if by.startswith("operator:"):  # which channel answered: terminal, page (the operator token), ...
+        outcome["channel"] = channel_of(ctx.approver)
     if ctx.emit is not None:
-        ctx.emit("approval.decided", tool="bash", command=command[:500], **outcome)
+        ctx.emit("approval.decided", tool="bash", command=command, **outcome)
     return outcome
 
 
