@@ -353,3 +353,9 @@ def test_the_workspace_root_is_found_without_its_path_too() -> None:
     for script in ("rm -rf .", "rm -rf src/..", "find . -delete", "rm -rf [a-z]*"):
         assert grade_command(script).level == "destructive", script
     assert grade_command(f"cat {WORKSPACE}/a.txt").level == "unknown"
+
+
+def test_a_bracket_spanning_a_slash_is_a_literal_name_not_a_crash() -> None:
+    # bash never lets a bracket expression span "/", so "[y/N]" names one file; the grader once raised here
+    grade = grade_command("rm -f ./x [y/N]", workspace="/srv/example-project")
+    assert grade.level == "workspace_write" and not grade.forbidden

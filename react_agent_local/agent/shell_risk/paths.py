@@ -89,7 +89,9 @@ def wide_glob(root: str, path: str | None) -> bool:
     if path is None or not has_glob(path):
         return False
     parts = path.split("/")
-    first = next(i for i, part in enumerate(parts) if has_glob(part))
+    first = next((i for i, part in enumerate(parts) if has_glob(part)), None)
+    if first is None:  # a bracket that spans a "/" (``[y/N]``) is literal to bash
+        return False
     parent = "/".join(parts[:first]) or "/"
     return covers_root(root, parent) and wide_pattern(parts[first])
 
