@@ -289,12 +289,15 @@ def test_non_numeric_and_conflicting_values(tmp_path):
     assert "conflicting" in _data_error(tmp_path)["message"]
 
 
-def test_unreadable_records_are_shown_to_the_model_as_chunk_text(tmp_path):
+def test_unreadable_records_are_shown_to_the_model_as_a_whole_table(tmp_path):
+    """A table the release reader cannot use still reaches the model: every column and the rule's
+    prose (it used to be the raw chunk text, which hid nothing but structured nothing either)."""
     from agent.tools.knowledge import TOOL
 
     _write(tmp_path, "k.md", "# Notes\n\n| Batch | Score |\n|---|---|\n| X | 41 |\n\n" + RULE_FILE)
     line = TOOL.render(search_knowledge(tmp_path, "batch score", 3))
-    assert line.startswith("no structured data") and "| X | 41 |" in line
+    assert line.startswith("table k (k.md") and "Batch | Score; rows: X | 41" in line
+    assert "average_gte: 60" in line and "every_batch_gte: 50" in line
 
 
 def test_symlinks_and_big_files_are_skipped(tmp_path):
