@@ -33,6 +33,13 @@ from agent.tools import ToolContext, ToolError, default_registry
         ("999999999999999 + 1", 10**15),
         ("0.0000001 * 0.0000001", 1e-14),
         ("0." + "0" * 28 + "1" + " * 1000000000000000", 1e-14),
+        ("2 ** 3", 8),
+        ("2 ** -2", 0.25),
+        ("(-2) ** 3", -8),
+        ("-2 ** 2", -4),
+        ("2 ** 3 ** 2", 512),
+        ("1.5 ** 0", 1),
+        ("0 ** 0", 1),
     ],
 )
 def test_values(expression, value):
@@ -47,11 +54,20 @@ def test_exact_division_is_an_int():
 
 
 SECURITY_CASES = [
-    # 11: power and shifts never reach the parser
+    # 11: a power's exponent is a whole number of at most 64, checked before anything is raised to it;
+    # shifts never reach the parser
     ("9**9**9", "calculator_invalid_expression"),
     ("2**10**10", "calculator_invalid_expression"),
+    ("2 ** 10000", "calculator_invalid_expression"),
+    ("2 ** 0.5", "calculator_invalid_expression"),
+    ("2 ** (1 / 3)", "calculator_invalid_expression"),
+    ("2 ** 65", "calculator_invalid_expression"),
+    ("2 ** 64", "calculator_out_of_range"),
+    ("10 ** 16", "calculator_out_of_range"),
+    ("0.001 ** -64", "calculator_out_of_range"),
+    ("0 ** -1", "calculator_division_by_zero"),
+    ("(1.000001 ** 64) ** 64", "calculator_too_complex"),
     ("1<<10**9", "calculator_invalid_expression"),
-    ("2 ** 3", "calculator_invalid_expression"),
     ("7 // 2", "calculator_invalid_expression"),
     ("7 % 2", "calculator_invalid_expression"),
     # 12: huge numbers and results
@@ -176,3 +192,21 @@ def test_the_contract_pattern_bounds_every_number_like_the_validator(expression,
     if not admitted:
         with pytest.raises(ToolError):
             evaluate(expression)
+
+
+def test_compound_interest_is_exact():
+    """``principal * (1 + rate) ** years``: the power is exact (Fraction), so the result is the float
+    nearest to the true value, not a float power's rounding."""
+    from fractions import Fraction
+
+    for principal, rate, years in ((10000, "0.035", 7), (2500, "0.0125", 30), (1, "0.5", 64 // 2)):
+        exact = principal * (1 + Fraction(rate)) ** years
+        assert evaluate(f"{principal} * (1 + {rate}) ** {years}") == float(exact)
+
+
+def test_a_power_is_bounded_before_it_is_computed():
+    for expression in ("999999999999999 ** 64", "(1.00000000000001 ** 64) ** 64", "(0.5 ** 64) ** -64"):
+        started = time.perf_counter()
+        with pytest.raises(ToolError):
+            evaluate(expression)
+        assert time.perf_counter() - started < 0.5
