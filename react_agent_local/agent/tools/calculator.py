@@ -80,7 +80,8 @@ MAX_REFERENCES = 8
 AGGREGATES = ("sum", "mean", "avg", "median", "min", "max", "count")
 
 # A quoted name inside a reference: no quotes, backslashes or line breaks, so it can never end early.
-_NAME = r"""'[^'"\\\n\r]{1,80}'|"[^'"\\\n\r]{1,80}\""""
+_NAME_CHARS = r"[^'" + '"' + r"\\\n\r]{1,80}"
+_NAME = f"'{_NAME_CHARS}'|\"{_NAME_CHARS}\""
 _AGGREGATE = "|".join(AGGREGATES)
 #: the three reference forms, as the contract pattern and the reader below both spell them
 REFERENCE = (rf"facts\[ *(?:{_NAME}) *\]|cell\( *(?:{_NAME}) *, *(?:{_NAME}) *, *(?:{_NAME}) *\)|"
