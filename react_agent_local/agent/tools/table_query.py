@@ -232,11 +232,12 @@ def _value(value: Any) -> int | float | str | None:
 
 
 def run_query(connection: Any, sql: str, cancel: threading.Event | None = None,
-              seconds: float = QUERY_SECONDS) -> tuple[list[str], list[list[Any]], bool]:
+              seconds: float | None = None) -> tuple[list[str], list[list[Any]], bool]:
     """(column names, at most MAX_ROWS rows, whether there were more) of ``sql`` on ``connection``;
-    interrupted after ``seconds`` or when ``cancel`` is set."""
+    interrupted after ``seconds`` (default ``QUERY_SECONDS``) or when ``cancel`` is set."""
     import duckdb
 
+    seconds = QUERY_SECONDS if seconds is None else seconds
     done = threading.Event()
     timed_out = threading.Event()
 
@@ -253,7 +254,7 @@ def run_query(connection: Any, sql: str, cancel: threading.Event | None = None,
     try:
         cursor = connection.execute(sql)
         names = [d[0] for d in cursor.description or []]
-        rows = cursor.fetchmany(MAX_ROWS + 1)
+        rows = cursor.fetchmany(MAX_ROWS + 1)  # DuckDB holds the rest; only these cross into Python
     except duckdb.InterruptException:
         raise ToolError("table_query_timeout", f"the query ran longer than {seconds:g} s and was stopped; "
                         "compute less (aggregate, filter, avoid joining a table with itself)", False) from None
