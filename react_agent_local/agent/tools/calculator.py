@@ -14,7 +14,8 @@ parser sees it, and the parser's output is then walked against an allowlist. In 
    * ``sum|mean|avg|median|min|max|count(col('<table>', '<column>'))``: an aggregate of a whole
      number column (empty cells left out), as ``table_query``'s SQL aggregates compute it;
 
-   names are quoted with ``'`` or ``"`` (up to 80 characters, no quotes or backslashes inside).
+   names are quoted with ``'`` (up to 80 characters, no quote, backslash or line break inside;
+   one optional space after each comma).
    They are resolved by the runtime from the pack's data, never evaluated as Python names.
 3. Character allowlist on the rest: ASCII digits, space, ``+ - * / ( ) .`` only. Everything else is
    rejected, deliberately including Unicode digits (``１＋１``, ``١+١``), letters (so ``1e308``, bare
@@ -79,22 +80,24 @@ MAX_RESULT_BITS = 8192  # numerator or denominator of a power's exact value
 MAX_REFERENCES = 8
 AGGREGATES = ("sum", "mean", "avg", "median", "min", "max", "count")
 
-# A quoted name inside a reference: no quotes, backslashes or line breaks, so it can never end early.
-_NAME_CHARS = r"[^'" + '"' + r"\\\n\r]{1,80}"
-_NAME = f"'{_NAME_CHARS}'|\"{_NAME_CHARS}\""
+# A quoted name inside a reference: single quotes, no quote, backslash or line break inside, so it
+# can never end early. The forms are spelled tightly (one optional space after a comma): the pattern
+# is part of every prompt that offers the calculator.
+_NAME = r"'[^'\\\n]{1,80}'"
 _AGGREGATE = "|".join(AGGREGATES)
 #: the three reference forms, as the contract pattern and the reader below both spell them
-REFERENCE = (rf"facts\[ *(?:{_NAME}) *\]|cell\( *(?:{_NAME}) *, *(?:{_NAME}) *, *(?:{_NAME}) *\)|"
-             rf"(?:{_AGGREGATE})\( *col\( *(?:{_NAME}) *, *(?:{_NAME}) *\) *\)")
+REFERENCE = (rf"facts\[{_NAME}\]|cell\({_NAME}, ?{_NAME}, ?{_NAME}\)|"
+             rf"(?:{_AGGREGATE})\(col\({_NAME}, ?{_NAME}\)\)")
 _REFERENCE = re.compile(REFERENCE)
 _QUOTED = re.compile(_NAME)
 
 # The contract: digits, spaces, the operators, parentheses, a decimal point, references -- and no number
 # (a run of digits and points) with more than MAX_LITERAL_DIGITS digits, so the decoding grammar stops
-# a model that repeats "0" where the validator would refuse it anyway.
+# a model that repeats "0" where the validator would refuse it anyway. A number is followed by an
+# operator, a space or the end (two runs never join into one longer number); a reference by anything.
 _NUMBER_RUN = rf"\.*(?:[0-9]\.*){{1,{MAX_LITERAL_DIGITS}}}"
-_ATOM = rf"(?:{_NUMBER_RUN}|{REFERENCE})"
-CALCULATOR_PATTERN = rf"^[ +\-*/()]*(?:{_ATOM}[ +\-*/()]+)*(?:{_ATOM})?$"
+_OPS = r"[ +\-*/()]"
+CALCULATOR_PATTERN = rf"^{_OPS}*(?:(?:{_NUMBER_RUN}{_OPS}|{REFERENCE}){_OPS}*)*(?:{_NUMBER_RUN})?$"
 
 _ALLOWED_CHARS = frozenset("0123456789 +-*/().")
 _LITERAL = re.compile(r"[0-9.]+")
@@ -475,9 +478,8 @@ def _cell(t: Any, label: str, col: int, entry: dict[str, Any]) -> tuple[Fraction
 
 
 class CalculatorArgs(StrictArgs):
-    """Evaluate one arithmetic expression exactly: numbers, + - * /, ** with a small whole exponent,
-    parentheses, and references to evidence: facts['name'], cell('table', 'row', 'column'),
-    sum/mean/median/min/max/count(col('table', 'column'))."""
+    """Exact arithmetic: numbers, + - * / ** (whole exponent), parentheses, and evidence by name:
+    facts['name'], cell('table', 'row', 'column'), sum|mean|median|min|max|count(col('table', 'column'))."""
 
     expression: str = Field(
         min_length=1,
