@@ -36,7 +36,7 @@ def _table(tmp_path: Path, seed: int, rows: int = 12) -> tuple[Table, str, str, 
         value = round(rng.uniform(-50, 500), rng.randint(0, 3))
         lines.append(f"| {_word(rng)}{k} | {rng.choice(groups)} | {value} | {rng.randint(0, 99)} |")
     folder = tmp_path / "knowledge"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{_word(rng)}.md").write_text(f"# {_word(rng)}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
     [table] = read_tables(folder)
     return table, label, measure, group
@@ -273,3 +273,69 @@ def test_a_cancel_stops_a_running_query(tmp_path):
     with pytest.raises(ToolError) as info:
         tq.query([table], f'SELECT sum(a."{measure}" + b."{measure}") FROM {t} a, {t} b, {t} c, {t} d', cancel)
     assert info.value.code == "table_query_timeout" and time.monotonic() - started < tq.QUERY_SECONDS
+
+
+# -- through the runtime: a pack names the tool ------------------------------------------------------
+
+
+def _pack(tmp_path: Path, tools: list[str], seed: int) -> tuple[Path, Table, str]:
+    import json
+
+    rng = random.Random(seed)
+    root = tmp_path / "pack"
+    table, label, measure, _ = _table(root, seed)
+    (root / "task.json").write_text(json.dumps({
+        "id": f"t{seed}", "mode": "guided", "required_tools": tools,
+        "goal": f"Using the table, compute the spread of {measure} (highest minus lowest) and state it."}),
+        encoding="utf-8")
+    return root, table, measure
+
+
+def _spread(table: Table, measure: str):
+    values = [v for v in _column(table, measure) if v is not None]
+    exact = max(Fraction(repr(v)) for v in values) - min(Fraction(repr(v)) for v in values)
+    return int(exact) if exact.denominator == 1 else float(exact)
+
+
+def test_a_pack_that_names_table_query_answers_from_the_query(tmp_path):
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from agent.packs import load_pack
+    from runtime_helpers import run_scripted
+
+    root, table, measure = _pack(tmp_path, ["knowledge_search", "table_query"], 21)
+    spread = _spread(table, measure)
+    outputs = [json.dumps({"query": measure, "top_k": 3}),
+               json.dumps({"sql": f'SELECT max("{measure}") - min("{measure}") FROM {table.sql_name}'}),
+               json.dumps(f"The spread of {measure} is {spread}.")]
+    outcome, policy = run_scripted(outputs, tmp_path, pack=load_pack(root))
+    result = outcome.result
+    assert (result.status, result.stop_reason) == ("completed", "completed")
+    assert [o.tool for o in result.observations] == ["knowledge_search", "table_query"]
+    assert result.observations[1].result["rows"][0][0] == pytest.approx(spread, abs=1e-9)
+    system = policy.requests[0].messages[0]["content"]
+    assert "- table_query:" in system  # offered because the pack names it
+    assert table.sql_name in policy.requests[1].messages[-1]["content"]  # the model sees the name to query
+
+
+def test_a_calculator_over_a_column_by_name_passes_the_operand_rule(tmp_path):
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from agent.packs import load_pack
+    from runtime_helpers import run_scripted
+
+    root, table, measure = _pack(tmp_path, ["knowledge_search", "calculator"], 22)
+    spread = _spread(table, measure)
+    column = f"col('{table.sql_name}', '{measure}')"
+    outputs = [json.dumps({"query": measure, "top_k": 3}), json.dumps({"expression": f"max({column}) - min({column})"}),
+               json.dumps(f"The spread of {measure} is {spread}.")]
+    outcome, _ = run_scripted(outputs, tmp_path, pack=load_pack(root))
+    result = outcome.result
+    assert (result.status, result.stop_reason) == ("completed", "completed")
+    calculator = result.observations[1]
+    assert calculator.tool == "calculator" and calculator.ok and calculator.result["value"] == spread
+    assert [r["aggregate"] for r in calculator.result["references"]] == ["max", "min"]

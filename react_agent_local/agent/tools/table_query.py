@@ -329,8 +329,8 @@ TOOL = Tool(
     timeout_seconds=10.0,
     digest=lambda r: [r.get("sql"), r.get("rows")],
     render=_render,
-    hint='Write one SELECT over the table knowledge_search names, e.g. SELECT max("Task Success") - '
-         'min("Task Success") FROM the_table; let the query compute, do not copy numbers.',
+    hint='Write one SELECT over a table knowledge_search names, e.g. SELECT max("<column>") - min("<column>") '
+         'FROM <table>; let the query compute, do not copy numbers.',
     summary="A number over a table is missing: compute it with one SELECT.",
     import_path="agent.tools.table_query:TOOL",
     read_only=True,
