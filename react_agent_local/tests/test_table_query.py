@@ -339,3 +339,16 @@ def test_a_calculator_over_a_column_by_name_passes_the_operand_rule(tmp_path):
     calculator = result.observations[1]
     assert calculator.tool == "calculator" and calculator.ok and calculator.result["value"] == spread
     assert [r["aggregate"] for r in calculator.result["references"]] == ["max", "min"]
+
+
+def test_a_large_csv_loads_fast_and_exactly(tmp_path):
+    """Tens of thousands of rows load in one statement per table (a row-by-row insert took ~35 s for
+    40 000), and a DECIMAL column sums to exactly the digits written."""
+    rng = random.Random(31)
+    rows = [(f"{_word(rng, 5)}{k}", f"{rng.uniform(0, 1000):.{rng.randint(0, 3)}f}") for k in range(20_000)]
+    [table] = tables_from_files([("many.csv", "label,amount\n" + "".join(f"{a},{b}\n" for a, b in rows))])
+    started = time.monotonic()
+    result = tq.query([table], "SELECT count(*), sum(amount) FROM many")
+    assert time.monotonic() - started < 5
+    [[count, total]] = result["rows"]
+    assert count == len(rows) and Decimal(repr(total)) == sum(Decimal(b) for _, b in rows)

@@ -196,6 +196,10 @@ def _sql_type(table: Table, index: int) -> str:
     return f"DECIMAL(38, {scale})" if digits + scale <= 38 else "DOUBLE"
 
 
+def _text(value: int | float | str) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def connect(tables: list[Table]) -> Any:
     """A fresh in-memory DuckDB holding ``tables``, its configuration locked."""
     import duckdb
@@ -210,9 +214,13 @@ def connect(tables: list[Table]) -> Any:
         columns = ", ".join(f"{_quote(c.name)} {t}" for c, t in zip(table.columns, types))
         connection.execute(f"CREATE TABLE {_quote(table.sql_name)} ({columns})")
         if table.rows:
-            marks = ", ".join("?" for _ in table.columns)
-            connection.executemany(f"INSERT INTO {_quote(table.sql_name)} VALUES ({marks})",
-                                   [list(row) for row in table.rows])
+            # One statement per table, a list per column (row-by-row inserts take seconds per
+            # thousand rows); every value travels as text and is cast by DuckDB, so a DECIMAL gets the
+            # digits as written, never a float's approximation.
+            picks = ", ".join(f"CAST(UNNEST(?::VARCHAR[]) AS {t})" for t in types)
+            lists = [[None if row[i] is None else _text(row[i]) for row in table.rows]
+                     for i in range(len(table.columns))]
+            connection.execute(f"INSERT INTO {_quote(table.sql_name)} SELECT {picks}", lists)
     connection.execute("SET lock_configuration = true")
     return connection
 
