@@ -451,20 +451,37 @@ def list_table_files(folder: Path) -> list[str]:
     return names
 
 
-def read_text(folder: Path, name: str) -> str:
-    """One file's text; never follows a symlink or waits on a FIFO; OSError/UnicodeDecodeError on failure."""
-    fd = os.open(Path(folder) / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+class NotARegularFile(OSError):
+    """The name is a symlink, a FIFO, a folder or a file over ``MAX_FILE_BYTES``: never worth a retry."""
+
+
+def read_bytes(folder: Path, name: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """One file's bytes, at most ``limit``; never follows a symlink or waits on a FIFO (O_NOFOLLOW,
+    O_NONBLOCK, then fstat re-checks type and size on the descriptor read). ``NotARegularFile`` for
+    anything but a regular file of at most ``limit`` bytes; other ``OSError`` as the system raises it."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(Path(folder) / name, flags)
+    except OSError as exc:
+        if exc.errno == getattr(os, "ELOOP", None):  # O_NOFOLLOW met a symlink
+            raise NotARegularFile(f"{name} is a symbolic link") from None
+        raise
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-            raise OSError(f"{name} is not a regular file of at most 1 MiB")
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise NotARegularFile(f"{name} is not a regular file of at most {limit} bytes")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+            raw = handle.read(limit + 1)
     finally:
         os.close(fd)
-    if len(raw) > MAX_FILE_BYTES:
-        raise OSError(f"{name} is larger than 1 MiB")
-    return raw.decode("utf-8-sig")
+    if len(raw) > limit:
+        raise NotARegularFile(f"{name} is larger than {limit} bytes")
+    return raw
+
+
+def read_text(folder: Path, name: str) -> str:
+    """``read_bytes`` decoded as UTF-8 (a BOM dropped); UnicodeDecodeError when it is not."""
+    return read_bytes(folder, name).decode("utf-8-sig")
 
 
 def read_tables(folder: Path, problems: list[str] | None = None) -> list[Table]:

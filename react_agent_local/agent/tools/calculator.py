@@ -53,9 +53,7 @@ Errors, all ``ToolError`` with ``retryable=False`` (the same expression always f
 from __future__ import annotations
 
 import ast
-import json
 import math
-import os
 import re
 import statistics
 import threading
@@ -63,12 +61,13 @@ import time
 import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import Field
 
+from ..tables import Table, column_index, label_column, read_tables
 from .base import StrictArgs, Tool, ToolContext, ToolError
+from .facts import FACTS_FILE, load_facts, lookup, looked_up
 
 MAX_LENGTH = 240
 MAX_DEPTH = 20
@@ -369,39 +368,20 @@ def _listed(names: list[str], limit: int = 12) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _looked_up(artifact_dir: Path) -> dict[str, int | float]:
-    from .facts import LOOKED_UP_FILE, MAX_FACTS_BYTES
-
-    try:
-        fd = os.open(Path(artifact_dir) / LOOKED_UP_FILE, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as handle:
-            loaded = json.loads(handle.read(MAX_FACTS_BYTES).decode("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(loaded, dict):
-        return {}
-    return {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, (int, float))
-            and not isinstance(v, bool)}
-
-
 def context_resolver(ctx: ToolContext) -> Resolver:
     """References resolved from the run's looked-up facts and the pack's fact base and tables."""
-    cache: dict[str, Any] = {}
+    cache: dict[str, list[Table]] = {}
 
-    def tables() -> list[Any]:
+    def tables() -> list[Table]:
         if "tables" not in cache:
-            from ..tables import read_tables
-
             cache["tables"] = read_tables(ctx.knowledge_dir)
         return cache["tables"]
 
     def fact(name: str) -> tuple[Fraction, dict[str, Any]]:
-        seen = _looked_up(ctx.artifact_dir)
+        seen = looked_up(ctx.artifact_dir)
         hit = next((k for k in seen if _key(k) == _key(name)), None)
         if hit is not None:
             return _exact(seen[hit]), {"kind": "fact", "fact": hit, "source": "lookup_fact"}
-        from .facts import FACTS_FILE, load_facts, lookup
 
         try:
             facts = load_facts(ctx.knowledge_dir)
@@ -412,19 +392,15 @@ def context_resolver(ctx: ToolContext) -> Resolver:
                                                        "; look it up with lookup_fact first")) from None
         return _exact(facts[found]["value"]), {"kind": "fact", "fact": found, "source": FACTS_FILE}
 
-    def table(name: str) -> Any:
-        from ..tables import Table
-
-        found: list[Table] = tables()
+    def table(name: str) -> Table:
+        found = tables()
         wanted = _key(name)
         for t in found:
             if wanted in (_key(t.sql_name), _key(t.id), _key(t.title), _key(t.source), _key(t.source.rsplit(".", 1)[0])):
                 return t
         raise _unknown(f"no table '{name}'; tables: {_listed([t.sql_name for t in found]) or 'none'}")
 
-    def column(t: Any, name: str) -> int:
-        from ..tables import column_index
-
+    def column(t: Table, name: str) -> int:
         index = column_index(t, name)
         if index is None:
             raise _unknown(f"table {t.sql_name} has no column '{name}'; columns: "
@@ -459,9 +435,7 @@ def context_resolver(ctx: ToolContext) -> Resolver:
     return resolve
 
 
-def _cell(t: Any, label: str, col: int, entry: dict[str, Any]) -> tuple[Fraction, dict[str, Any]]:
-    from ..tables import label_column
-
+def _cell(t: Table, label: str, col: int, entry: dict[str, Any]) -> tuple[Fraction, dict[str, Any]]:
     first = label_column(t)
     text_columns = [first] + [i for i, c in enumerate(t.columns) if c.kind == "text" and i != first] if first is not None else []
     for i in text_columns:

@@ -67,11 +67,10 @@ from typing import Any
 
 from pydantic import Field
 
-from ..tables import TABLE_SUFFIXES, Table, table_view, tables_from_files
+from ..tables import MAX_FILE_BYTES, TABLE_SUFFIXES, NotARegularFile, Table, read_bytes, table_view, tables_from_files
 from .base import StrictArgs, Tool, ToolError
 from .records import RULE_KEYS, RecordError, extract_records, read_records, release_rule_keys
 
-MAX_FILE_BYTES = 1024 * 1024
 CHUNK_CHARS = 600
 _CACHE_LIMIT = 8
 
@@ -161,28 +160,15 @@ def _list_files(knowledge_dir: Path) -> list[tuple[str, os.stat_result]]:
 
 
 def _read_file(knowledge_dir: Path, name: str) -> _SourceFile:
-    # O_NOFOLLOW/O_NONBLOCK: a file swapped for a symlink or a FIFO after listing is neither
-    # followed nor waited on; fstat then re-checks type and size on the descriptor we read.
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(knowledge_dir / name, flags)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-                raise ToolError("knowledge_read_failed", f"{name} is not a regular file of at most 1 MiB", False)
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                raw = handle.read(MAX_FILE_BYTES + 1)
-        finally:
-            os.close(fd)
-    except ToolError:
-        raise
+        raw = read_bytes(knowledge_dir, name)
+    except NotARegularFile:
+        raise ToolError("knowledge_read_failed", f"{name} is not a regular file of at most 1 MiB", False) from None
     except PermissionError:
         raise ToolError("knowledge_read_failed", f"{name} is not readable (permission denied)", False) from None
     except OSError as exc:
         # The file was listed a moment ago, so a vanished file or an I/O error is worth a retry.
         raise ToolError("knowledge_read_failed", f"{name} could not be read ({type(exc).__name__})", True) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ToolError("knowledge_read_failed", f"{name} is larger than 1 MiB", False)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
