@@ -40,12 +40,16 @@ import logging
 import re
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from ..tables import Column, Table, read_tables
 from .base import StrictArgs, Tool, ToolContext, ToolError
+
+if TYPE_CHECKING:  # both are imported when a query runs, not when the registry is built
+    from duckdb import DuckDBPyConnection
+    from sqlglot.expressions import Expression
 
 MAX_SQL = 2000
 MAX_ROWS = 200
@@ -103,7 +107,7 @@ def _listed(names: list[str], limit: int = 16) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _function_name(node: Any) -> str:
+def _function_name(node: Expression) -> str:
     from sqlglot import exp
 
     return node.name.lower() if isinstance(node, exp.Anonymous) else type(node).key
@@ -160,7 +164,7 @@ def check_sql(sql: str, tables: list[Table]) -> tuple[str, list[str]]:
     return statement.sql(dialect="duckdb"), list(used)
 
 
-def _unit_labels(statement: Any, tables: list[Table]) -> None:
+def _unit_labels(statement: Expression, tables: list[Table]) -> None:
     """A column written as the knowledge tool labels it (``"Task Success (%)"``) is that column."""
     from sqlglot import exp
 
@@ -200,7 +204,7 @@ def _text(value: int | float | str) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def connect(tables: list[Table]) -> Any:
+def connect(tables: list[Table]) -> DuckDBPyConnection:
     """A fresh in-memory DuckDB holding ``tables``, its configuration locked."""
     import duckdb
 
@@ -225,7 +229,7 @@ def connect(tables: list[Table]) -> Any:
     return connection
 
 
-def _value(value: Any) -> int | float | str | None:
+def _value(value: object) -> int | float | str | None:
     if value is None or isinstance(value, str):
         return value if value is None or len(value) <= _MAX_CELL_TEXT else value[:_MAX_CELL_TEXT] + "…"
     if isinstance(value, bool):
@@ -239,7 +243,7 @@ def _value(value: Any) -> int | float | str | None:
     return str(value)[:_MAX_CELL_TEXT]
 
 
-def run_query(connection: Any, sql: str, cancel: threading.Event | None = None,
+def run_query(connection: DuckDBPyConnection, sql: str, cancel: threading.Event | None = None,
               seconds: float | None = None) -> tuple[list[str], list[list[Any]], bool]:
     """(column names, at most MAX_ROWS rows, whether there were more) of ``sql`` on ``connection``;
     interrupted after ``seconds`` (default ``QUERY_SECONDS``) or when ``cancel`` is set."""
