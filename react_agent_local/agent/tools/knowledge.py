@@ -514,7 +514,7 @@ def search_knowledge(knowledge_dir: Path, query: str, top_k: int) -> dict[str, A
 
 
 class KnowledgeSearchArgs(StrictArgs):
-    """Search the pack's knowledge files (knowledge/*.md) and return cited chunks and the data in them."""
+    """Search the pack's knowledge files (markdown, CSV, JSON) and return cited chunks and their tables."""
 
     query: str = Field(min_length=1, max_length=500, description="What to look for.")
     top_k: int = Field(default=3, ge=1, le=6, description="How many chunks to return (1..6).")

@@ -81,7 +81,7 @@ _STATEMENT_NAMES = ("Insert", "Update", "Delete", "Create", "Drop", "Alter", "Co
 
 class TableQueryArgs(StrictArgs):
     """Run one read-only SQL SELECT over the pack's tables (as knowledge_search names them) and
-    return its columns and rows, e.g. SELECT "Region", "Task Success" FROM t ORDER BY 2 LIMIT 1."""
+    return its columns and rows, e.g. SELECT "name", "value" FROM t ORDER BY 2 LIMIT 1."""
 
     sql: str = Field(min_length=1, max_length=MAX_SQL,
                      description='One SELECT over the tables by their sql_name; quote column names with '
