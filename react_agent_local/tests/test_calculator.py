@@ -354,15 +354,15 @@ def test_a_name_with_digits_is_no_operand_and_references_are_evidence():
     from the pack's data, so neither it nor the digits in its quoted name are typed operands."""
     from agent.operands import ungrounded_operands
 
-    assert ungrounded_operands("facts['GDP 2023'] / facts['population 2023']", [], []) == []
-    assert ungrounded_operands("max(col('t_2024', 'Q3 share')) - min(col('t_2024', 'Q3 share'))", [], []) == []
-    assert ungrounded_operands("facts['GDP 2023'] / 7919", [], []) == ["7919"]  # a typed literal still is one
+    assert ungrounded_operands("facts['alpha 2031'] / facts['beta 2031']", [], []) == []
+    assert ungrounded_operands("max(col('t_2031', 'Q3 share')) - min(col('t_2031', 'Q3 share'))", [], []) == []
+    assert ungrounded_operands("facts['alpha 2031'] / 7919", [], []) == ["7919"]  # a typed literal still is one
 
 
 @pytest.mark.parametrize("expression", [
-    "facts['台北市人口'] + facts['高雄市人口']",
-    "sum(col('eval_2024_06', '任务成功率')) / 3 - sum(col('eval_2024_05', '任务成功率')) / 3",
-    "cell('t', 'North America', 'Task Success') - 1",
+    "facts['甲市指标'] + facts['乙市指标']",
+    "sum(col('rec_2031_02', '得分率')) / 3 - sum(col('rec_2031_01', '得分率')) / 3",
+    "cell('t', 'Upper Vale', 'Yield Rate') - 1",
     "10000 * (1 + 0.035) ** 7",
     "median(col('t','c'))*2",
 ])

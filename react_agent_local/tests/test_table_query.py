@@ -87,10 +87,11 @@ def test_group_by_filter_and_the_unit_label(tmp_path):
 
 
 def test_names_in_any_script_and_several_tables(tmp_path):
-    files = [("m5.md", "| 区域 | 任务成功率 |\n|---|---|\n| 甲 | 78% |\n| 乙 | 83.5% |\n"),
-             ("m6.md", "| 区域 | 任务成功率 |\n|---|---|\n| 甲 | 80% |\n| 乙 | 79.5% |\n")]
+    rng = random.Random(5)
+    files = [(f"m{k}.md", "| 分组 | 得分率 |\n|---|---|\n"
+              + "".join(f"| {g} | {round(rng.uniform(0, 100), 1)}% |\n" for g in "甲乙丙")) for k in (5, 6)]
     tables = tables_from_files(files)
-    result = tq.query(tables, 'SELECT (SELECT avg("任务成功率") FROM m6) - (SELECT avg("任务成功率") FROM m5)')
+    result = tq.query(tables, 'SELECT (SELECT avg("得分率") FROM m6) - (SELECT avg("得分率") FROM m5)')
     m5, m6 = ([row[1] for row in t.rows] for t in tables)
     assert result["rows"][0][0] == pytest.approx(statistics.mean(m6) - statistics.mean(m5), abs=1e-12)
     assert result["tables"] == ["m6", "m5"]

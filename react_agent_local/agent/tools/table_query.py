@@ -85,7 +85,7 @@ class TableQueryArgs(StrictArgs):
 
     sql: str = Field(min_length=1, max_length=MAX_SQL,
                      description='One SELECT over the tables by their sql_name; quote column names with '
-                                 'spaces: "Task Success". Aggregates: sum avg min max median count stddev '
+                                 'spaces: "Unit Price". Aggregates: sum avg min max median count stddev '
                                  'arg_min arg_max.')
 
 
