@@ -289,12 +289,15 @@ def test_non_numeric_and_conflicting_values(tmp_path):
     assert "conflicting" in _data_error(tmp_path)["message"]
 
 
-def test_unreadable_records_are_shown_to_the_model_as_chunk_text(tmp_path):
+def test_unreadable_records_are_shown_to_the_model_as_a_whole_table(tmp_path):
+    """A table the release reader cannot use still reaches the model: every column and the rule's
+    prose (it used to be the raw chunk text, which hid nothing but structured nothing either)."""
     from agent.tools.knowledge import TOOL
 
     _write(tmp_path, "k.md", "# Notes\n\n| Batch | Score |\n|---|---|\n| X | 41 |\n\n" + RULE_FILE)
     line = TOOL.render(search_knowledge(tmp_path, "batch score", 3))
-    assert line.startswith("no structured data") and "| X | 41 |" in line
+    assert line.startswith("table k (k.md") and "Batch | Score; rows: X | 41" in line
+    assert "average_gte: 60" in line and "every_batch_gte: 50" in line
 
 
 def test_symlinks_and_big_files_are_skipped(tmp_path):
@@ -345,3 +348,77 @@ def test_copy_of_pack_folder_behaves_the_same(tmp_path):
     a = search_knowledge(tmp_path / "k", "release rule", 3)
     b = search_knowledge(HOLD_PACK / "knowledge", "release rule", 3)
     assert a == b
+
+
+# --------------------------------------------------------------------------------------------
+# Every column, every table kind, and the prose reach the model (issue 54)
+# --------------------------------------------------------------------------------------------
+
+
+def _random_table(seed: int, rows: int = 5) -> tuple[list[str], list[list]]:
+    import random
+    import string
+
+    rng = random.Random(seed)
+
+    def word(n: int = 6) -> str:
+        return "".join(rng.choice(string.ascii_lowercase) for _ in range(n)).capitalize()
+
+    names = [f"{word()} name"] + [f"{word()} {word(3)}" for _ in range(3)]
+    body = [[f"{word()}{k}"] + [rng.randint(1, 999), round(rng.uniform(1, 99), 1) + 0.05, rng.randint(-50, 50)]
+            for k in range(rows)]
+    return names, body
+
+
+def test_every_column_and_the_notes_reach_the_model(tmp_path):
+    """A second measure and a note that a row does not count were invisible: the tool showed only
+    the first numeric column and no prose."""
+    from agent.tools.knowledge import TOOL
+
+    names, body = _random_table(1)
+    note = f"Row {body[2][0]} does not count toward the total."
+    table = "\n".join(["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+                      + ["| " + " | ".join(map(str, row)) + " |" for row in body])
+    _write(tmp_path, "rec.md", f"# Record\n\n## Results\n\n{table}\n\n## Notes\n\n{note}\n")
+    result = search_knowledge(tmp_path, "results", 1)
+    [view] = result["tables"]
+    assert [c["name"] for c in view["columns"]] == names and view["rows"] == body
+    assert note in view["prose"] and view["sql_name"] == "rec" and view["source"] == "rec.md"
+    line = TOOL.render(result)
+    for row in body:
+        assert " | ".join(map(str, row)) in line  # every cell, not only the first numeric column
+    assert note in line and "table rec (rec.md" in line
+
+
+def test_a_csv_file_is_searched_and_shown_whole(tmp_path):
+    from agent.tools.knowledge import TOOL
+
+    names, body = _random_table(2)
+    lines = [",".join(names)] + [",".join(map(str, row)) for row in body]
+    _write(tmp_path, "measures.csv", "\n".join(lines) + "\n")
+    result = search_knowledge(tmp_path, names[1], 3)  # a CSV-only folder used to be "no knowledge files"
+    assert result["citations"][0]["source_id"] == "measures.csv"
+    assert result["citations"][0]["chunk_id"] == "measures.csv#1"
+    [view] = result["tables"]
+    assert view["rows"] == body and [c["name"] for c in view["columns"]] == names
+    assert all(" | ".join(map(str, row)) in TOOL.render(result) for row in body)
+
+
+def test_a_large_table_is_a_sample_and_points_to_the_query_tool(tmp_path):
+    from agent.tables import VIEW_MAX_ROWS, VIEW_SAMPLE_ROWS
+    from agent.tools.knowledge import TOOL
+
+    names, body = _random_table(3, rows=VIEW_MAX_ROWS + 5)
+    _write(tmp_path, "big.csv", "\n".join([",".join(names)] + [",".join(map(str, r)) for r in body]) + "\n")
+    result = search_knowledge(tmp_path, "rows", 1)
+    [view] = result["tables"]
+    assert view["rows_total"] == len(body) and view["rows"] == body[:VIEW_SAMPLE_ROWS]
+    assert f"first {VIEW_SAMPLE_ROWS} of {len(body)} rows; table_query" in TOOL.render(result)
+
+
+def test_the_release_rule_result_keeps_its_data_and_gains_the_tables():
+    result = search_knowledge(DEFAULT_KNOWLEDGE, "Task Success of every batch", 3)
+    assert result["data"] == _expected(PACKAGE_ROOT)["knowledge"]
+    [view] = result["tables"]
+    by_name = {c["name"]: i for i, c in enumerate(view["columns"])}
+    assert {row[0]: row[by_name["Task Success"]] for row in view["rows"]} == result["data"]["batches"]

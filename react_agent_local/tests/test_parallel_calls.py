@@ -114,7 +114,8 @@ def test_the_registry_says_which_tools_are_read_only():
     from agent.tools import catalog
     from agent.tools.skill import skill_tool
 
-    assert {t.name for t in catalog() if t.read_only} == {"knowledge_search", "calculator", "read_file", "glob", "grep"}
+    assert {t.name for t in catalog() if t.read_only} == {"knowledge_search", "calculator", "table_query", "read_file",
+                                                          "glob", "grep"}
     # lookup_fact rewrites the run's list of facts looked up; plot writes the chart; the others change files
     assert not any(catalog().get(n).read_only for n in ("lookup_fact", "plot", "write_file", "edit_file",
                                                          "replace_function", "bash"))

@@ -8,7 +8,8 @@ run gets ``registry_for(names)``, the tools its pack uses. Adding a tool is one 
 part of the package, one ``register`` call on the registry passed to ``run_agent``. ``skill``
 (load_skill) is no entry of the catalog: it is built for each run that has skills, over those skills
 (``with_skills``, ``pack_registry``; see ``agent/skills.py``), and ``lookup_fact`` is bound to a pack's
-fact names (``with_fact_names``).
+fact names (``with_fact_names``). ``table_query`` (one read-only SQL SELECT over the pack's tables)
+is in the catalog like any other tool: a pack offers it by naming it in ``required_tools``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ WORKSPACE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "replace_fu
 
 def catalog() -> ToolRegistry:
     """Every tool of the package, in a fixed order."""
-    from . import calculator, facts, files, knowledge, plotting, shell
+    from . import calculator, facts, files, knowledge, plotting, shell, table_query
 
     registry = ToolRegistry()
-    for module in (knowledge, calculator, plotting, facts):
+    for module in (knowledge, calculator, plotting, facts, table_query):
         registry.register(module.TOOL)
     for tool in (*files.TOOLS, shell.BASH_TOOL):
         registry.register(tool)

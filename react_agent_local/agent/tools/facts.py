@@ -87,20 +87,27 @@ def lookup(facts: dict[str, dict[str, Any]], query: str) -> str:
     raise ToolError("unknown_fact", f"no fact matches the query; known facts: {known}", retryable=False)
 
 
+def looked_up(artifact_dir: Path) -> dict[str, int | float]:
+    """The facts this run has looked up so far (name -> value, in lookup order); empty when none yet
+    (or the list is unreadable). The calculator resolves ``facts['name']`` from it."""
+    try:
+        fd = os.open(Path(artifact_dir) / LOOKED_UP_FILE, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            loaded = json.loads(handle.read(MAX_FACTS_BYTES).decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(loaded, dict):
+        return {}
+    return {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, (int, float))
+            and not isinstance(v, bool)}
+
+
 def _looked_up(artifact_dir: Path, name: str, value: int | float) -> dict[str, int | float]:
     """Every fact this run has looked up so far, this one included (kept in the run's folder), so a
     check can read all of them from the latest lookup: ``facts["Lisbon population"]``."""
     path = Path(artifact_dir) / LOOKED_UP_FILE
-    seen: dict[str, int | float] = {}
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as handle:
-            loaded = json.loads(handle.read(MAX_FACTS_BYTES).decode("utf-8"))
-        if isinstance(loaded, dict):
-            seen = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, (int, float))
-                    and not isinstance(v, bool)}
-    except (OSError, ValueError):
-        seen = {}  # none yet (or unreadable): this lookup starts the list
+    seen = looked_up(artifact_dir)  # none yet (or unreadable): this lookup starts the list
     seen.pop(name, None)
     seen[name] = value  # latest last
     try:

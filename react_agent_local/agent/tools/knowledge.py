@@ -1,8 +1,9 @@
-"""knowledge_search: BM25 retrieval over the pack's ``knowledge/*.md`` plus the data parsed from them.
+"""knowledge_search: BM25 retrieval over the pack's ``knowledge/`` files plus the data parsed from them.
 
-The model only supplies a query; the folder is fixed by the task pack. Only regular
-``*.md`` files directly inside it are read (sorted by name; symlinks, other file types and files
-over 1 MiB are skipped), and results name a file by its file name only, never by a path.
+The model only supplies a query; the folder is fixed by the task pack. Only regular ``*.md``,
+``*.csv``, ``*.tsv`` and ``*.json`` files directly inside it are read (sorted by name; symlinks,
+other file types and files over 1 MiB are skipped), and results name a file by its file name only,
+never by a path.
 
 Chunks. Each file is split at markdown headings (outside fenced code blocks); a section longer
 than ``CHUNK_CHARS`` is split further at blank lines, so a table or a rule block stays whole. A chunk
@@ -30,6 +31,12 @@ refused) or where there are several; a release-rule pack's result is exactly wha
 that names records (by key, title or date) covers them: each named record none of the ``top_k``
 chunks comes from adds its best chunk (``named_records``).
 
+Tables (``tables``, from ``agent/tables.py``): every table of the folder -- markdown, CSV/TSV,
+JSON records -- with every column, its unit and the prose around it (``tables.table_view``); the
+result carries those of the files its chunks (and named records) come from, and the rendered
+Observation shows them whole (a large one by schema and a sample; ``table_query`` reaches the rest).
+A CSV/TSV/JSON table is also one chunk (``<file name>#<n>``), so a search finds it.
+
 Numbers that are integral come back as ``int`` (``72``, not ``72.0``).
 
 Aggregate ``source_sha256``: SHA-256 of the ``sha256sum``-style manifest of the knowledge files,
@@ -38,7 +45,7 @@ when any file's bytes, name, or the set of files changes.
 
 Errors (``ToolError``; messages name files by file name only):
 
-* ``knowledge_read_failed``: folder missing or without ``*.md`` files, a file not UTF-8 or not
+* ``knowledge_read_failed``: folder missing or without knowledge files, a file not UTF-8 or not
   permitted (``retryable=False``); a transient ``OSError`` while reading (``retryable=True``).
 * ``knowledge_parse_failed``: the files hold no searchable text (``retryable=False``).
 
@@ -60,10 +67,10 @@ from typing import Any
 
 from pydantic import Field
 
+from ..tables import MAX_FILE_BYTES, TABLE_SUFFIXES, NotARegularFile, Table, read_bytes, table_view, tables_from_files
 from .base import StrictArgs, Tool, ToolError
 from .records import RULE_KEYS, RecordError, extract_records, read_records, release_rule_keys
 
-MAX_FILE_BYTES = 1024 * 1024
 CHUNK_CHARS = 600
 _CACHE_LIMIT = 8
 
@@ -122,7 +129,8 @@ class _SourceFile:
 
 
 def _list_files(knowledge_dir: Path) -> list[tuple[str, os.stat_result]]:
-    """Regular, non-symlink ``*.md`` files up to 1 MiB, sorted by name, with their lstat."""
+    """Regular, non-symlink knowledge files (``*.md``, ``*.csv``, ``*.tsv``, ``*.json``) up to 1 MiB,
+    sorted by name, with their lstat."""
     try:
         entries = sorted(os.scandir(knowledge_dir), key=lambda e: e.name)
     except FileNotFoundError:
@@ -137,7 +145,7 @@ def _list_files(knowledge_dir: Path) -> list[tuple[str, os.stat_result]]:
         ) from None
     files = []
     for entry in entries:
-        if not entry.name.endswith(".md") or entry.name.startswith("."):
+        if not entry.name.lower().endswith(TABLE_SUFFIXES) or entry.name.startswith("."):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -146,33 +154,21 @@ def _list_files(knowledge_dir: Path) -> list[tuple[str, os.stat_result]]:
         if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_FILE_BYTES:
             files.append((entry.name, st))
     if not files:
-        raise ToolError("knowledge_read_failed", "no knowledge files (*.md) in the pack's knowledge folder", False)
+        raise ToolError("knowledge_read_failed", "no knowledge files (*.md, *.csv, *.tsv, *.json) in the pack's "
+                        "knowledge folder", False)
     return files
 
 
 def _read_file(knowledge_dir: Path, name: str) -> _SourceFile:
-    # O_NOFOLLOW/O_NONBLOCK: a file swapped for a symlink or a FIFO after listing is neither
-    # followed nor waited on; fstat then re-checks type and size on the descriptor we read.
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(knowledge_dir / name, flags)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-                raise ToolError("knowledge_read_failed", f"{name} is not a regular file of at most 1 MiB", False)
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                raw = handle.read(MAX_FILE_BYTES + 1)
-        finally:
-            os.close(fd)
-    except ToolError:
-        raise
+        raw = read_bytes(knowledge_dir, name)
+    except NotARegularFile:
+        raise ToolError("knowledge_read_failed", f"{name} is not a regular file of at most 1 MiB", False) from None
     except PermissionError:
         raise ToolError("knowledge_read_failed", f"{name} is not readable (permission denied)", False) from None
     except OSError as exc:
         # The file was listed a moment ago, so a vanished file or an I/O error is worth a retry.
         raise ToolError("knowledge_read_failed", f"{name} could not be read ({type(exc).__name__})", True) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ToolError("knowledge_read_failed", f"{name} is larger than 1 MiB", False)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -271,6 +267,8 @@ class KnowledgeIndex:
     data_error: str | None = None
     #: records of any rule (``records.read_records``), where the search returns them (``_shown_records``)
     records: dict[str, dict[str, Any]] | None = None
+    #: every table of every file (``agent/tables.py``), in file then document order
+    tables: tuple[Table, ...] = ()
 
     def search(self, query: str, top_k: int) -> list[tuple[Chunk, float]]:
         scores = self.bm25.get_scores(tokenize(query)) if self.bm25 is not None else [0.0] * len(self.chunks)
@@ -296,14 +294,33 @@ def _title(source: _SourceFile) -> str:
     return ""
 
 
+def _table_chunks(tables: list[Table], sources: list[_SourceFile]) -> list[Chunk]:
+    """One chunk per table of a CSV/TSV/JSON file: its title, header and rows as pipe lines."""
+    digest = {s.name: s.sha256 for s in sources}
+    chunks, counts = [], {}
+    for table in tables:
+        if table.source.lower().endswith(".md"):
+            continue
+        counts[table.source] = counts.get(table.source, 0) + 1
+        lines = [f"# {table.title}", " | ".join(_column_label(c) for c in table.columns)]
+        lines += [" | ".join("" if v is None else _exact(v) if not isinstance(v, str) else v for v in row)
+                  for row in table.rows]
+        chunks.append(Chunk(table.source, f"{table.source}#{counts[table.source]}", "\n".join(lines),
+                            digest[table.source]))
+    return chunks
+
+
 def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
     from rank_bm25 import BM25Okapi
 
-    chunks = [c for s in sources for c in chunk_file(s)]
+    tables = tables_from_files([(s.name, s.text) for s in sources])
+    markdown = [s for s in sources if s.name.lower().endswith(".md")]
+    chunks = [c for s in markdown for c in chunk_file(s)] + _table_chunks(tables, sources)
     chunks = [c for c in chunks if tokenize(c.text)]
     if not chunks:
         raise ToolError("knowledge_parse_failed", "the knowledge files contain no searchable text", False)
-    files = [(s.name, s.text) for s in sources]
+    # The release rule and the records are read from the markdown, as they always were.
+    files = [(s.name, s.text) for s in markdown] or [(s.name, "") for s in sources[:1]]
     try:
         data, data_error = extract_records(files), None
     except RecordError as exc:
@@ -316,7 +333,7 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
         data_error = None  # records of other rules: the release rule's reading does not apply
     elif records_error and not _states_release_rule(files):
         data_error = records_error
-    titles = {s.name: _title(s) for s in sources}
+    titles = {s.name: _title(s) if s.name.lower().endswith(".md") else "" for s in sources}
     manifest = "".join(f"{s.sha256}  {s.name}\n" for s in sources)
     return KnowledgeIndex(
         chunks=chunks,
@@ -326,6 +343,7 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
         file_names=[s.name for s in sources],
         data_error=data_error,
         records=records,
+        tables=tuple(tables),
     )
 
 
@@ -436,6 +454,14 @@ def named_records(query: str, records: dict[str, dict[str, Any]]) -> list[str]:
     return [key for key, record in records.items() if any(_plain(n) in asked for n in record_names(key, record))]
 
 
+def _tables_of(index: KnowledgeIndex, sources: set[str]) -> list[dict[str, Any]]:
+    """The views of the tables of ``sources`` -- and of a CSV/TSV/JSON file sharing a cited markdown
+    file's stem, whose prose that file is."""
+    stems = {name.rsplit(".", 1)[0] for name in sources if name.lower().endswith(".md")}
+    return [table_view(t) for t in index.tables
+            if t.source in sources or t.source.rsplit(".", 1)[0] in stems]
+
+
 def search_knowledge(knowledge_dir: Path, query: str, top_k: int) -> dict[str, Any]:
     """Rank the knowledge chunks for ``query`` and return ``top_k`` citations plus the parsed data.
     Each record the query names that none of those chunks comes from adds its best chunk, so a
@@ -473,6 +499,9 @@ def search_knowledge(knowledge_dir: Path, query: str, top_k: int) -> dict[str, A
         result["records"] = {key: _copy(record) for key, record in records.items()}
         if named:
             result["named_records"] = named
+    tables = _tables_of(index, {c["source_id"] for c in citations})
+    if tables:
+        result["tables"] = tables
     if index.data_error:
         # The chunks are still worth returning: the model can read the values in their text.
         result["data_error"] = {"code": "knowledge_parse_failed", "message": index.data_error}
@@ -485,7 +514,7 @@ def search_knowledge(knowledge_dir: Path, query: str, top_k: int) -> dict[str, A
 
 
 class KnowledgeSearchArgs(StrictArgs):
-    """Search the pack's knowledge files (knowledge/*.md) and return cited chunks and the data in them."""
+    """Search the pack's knowledge files (markdown, CSV, JSON) and return cited chunks and their tables."""
 
     query: str = Field(min_length=1, max_length=500, description="What to look for.")
     top_k: int = Field(default=3, ge=1, le=6, description="How many chunks to return (1..6).")
@@ -499,11 +528,17 @@ def _render(result: dict[str, Any]) -> str:
     batches = data.get("batches") or {}
     rule = data.get("release_rule") or {}
     cited = ", ".join(f"{c.get('id')} {c.get('chunk_id')}" for c in result.get("citations", []))
+    tables = result.get("tables") or []
     if result.get("records") and not batches:
-        return _render_records(result["records"]) + f"; citations: {cited}"
+        shown = " || ".join([_render_records(result["records"])] + ([render_tables(tables)] if tables else []))
+        return shown + f"; citations: {cited}"
     if not batches:
+        with_tables = {t["source"] for t in tables}
+        excerpts = " | ".join(" ".join(str(c.get("text", "")).split()) for c in result.get("citations", [])
+                              if c.get("source_id") not in with_tables)
+        if tables:
+            return render_tables(tables) + (f" || chunks: {excerpts}" if excerpts else "") + f"; citations: {cited}"
         error = (result.get("data_error") or {}).get("message", "no record found")
-        excerpts = " | ".join(" ".join(str(c.get("text", "")).split()) for c in result.get("citations", []))
         return f"no structured data ({error}); chunks: {excerpts}"
     text = f"{len(batches)} groups: " + ", ".join(f"{k} = {render_number(v)}" for k, v in batches.items())
     if batches:
@@ -513,6 +548,42 @@ def _render(result: dict[str, Any]) -> str:
         text += (f"; release rule: average >= {render_number(rule['average_gte'])} (average_gte) and every group "
                  f">= {render_number(rule['every_batch_gte'])} (every_batch_gte)")
     return text + f"; citations: {cited}"
+
+
+def _column_label(column: Any) -> str:
+    """``Task Success (%)``: a column's name with its unit, as a view or a Column gives them."""
+    name, unit = (column["name"], column["unit"]) if isinstance(column, dict) else (column.name, column.unit)
+    return f"{name} ({unit})" if unit else name
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else _exact(value)
+
+
+PROSE_RENDER_CHARS = 1200
+
+
+def render_tables(views: list[dict[str, Any]]) -> str:
+    """Tables as the model reads them: each one's SQL name, file and title, every column with its unit,
+    its rows (a large one's sample, with how many there are), and its file's prose once."""
+    parts, prose_shown = [], set()
+    for view in views:
+        head = (f"table {view['sql_name']} ({view['source']}, \"{view['title']}\"): "
+                + " | ".join(_column_label(c) for c in view["columns"]))
+        rows = "; ".join(" | ".join(_cell_text(v) for v in row) for row in view["rows"])
+        text = f"{head}; rows: {rows}"
+        if "rows_total" in view:
+            text += f" (first {len(view['rows'])} of {view['rows_total']} rows; table_query reaches all of them)"
+        prose = " ".join(str(view.get("prose") or "").replace("#", " ").split())
+        if prose and prose not in prose_shown:
+            prose_shown.add(prose)
+            if len(prose) > PROSE_RENDER_CHARS:
+                prose = prose[: PROSE_RENDER_CHARS - 1].rstrip() + "…"
+            text += f"; text: {prose}"
+        parts.append(text)
+    return " || ".join(parts)
 
 
 def _exact(value: int | float) -> str:
