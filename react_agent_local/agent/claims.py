@@ -49,6 +49,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping
 
+from .bound_claims import bound_problems
+from .evidence_tables import read_evidence
+from .question_kind import question_kinds, unanswered
 from .attribution import is_reference, misattributed, off_question, scaled_readings, sites, without_name_digits
 from .check_language import evaluate, outer_function
 from .contracts import AnswerGuide, CheckSpec, Observation
@@ -154,7 +157,7 @@ def stated_verdict(answer: str, positive: list[str], negative: list[str], *, pat
 
 
 ProblemKind = Literal["number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict",
-                      "slot"]
+                      "slot", "unanswered", "binding", "statistic", "sign", "list", "count"]
 
 
 @dataclass(frozen=True)
@@ -317,6 +320,16 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
     if asked:
         problems.append(Problem("attribution", f"the question asks for {', '.join(repr(a) for a in asked[:3])}; "
                                 "the answer states the value of another fact"))
+    # What the answer says each number is, and whether it answers the question (bound_claims.py,
+    # question_kind.py): for any pack, declared checks or not.
+    tables = read_evidence(evidence)
+    problems += [Problem("unanswered", text) for text in
+                 unanswered(answer, goal, guide.hints if guide else [], tables.labels(),
+                            verdict_declared=bool(guide and guide.verdict),
+                            form_declared=bool(guide and guide.answer_form))]
+    problems += [Problem(f.kind, f.text) for f in
+                 bound_problems(answer, tables, whole=whole, goal_numbers=goal_numbers,
+                                asks_list="list" in question_kinds(goal), skip=ungrounded)]
     comparisons = stated_comparisons(answer)
     for c in comparisons:
         if c.false:
