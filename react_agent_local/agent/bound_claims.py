@@ -139,15 +139,37 @@ def _find_name(text: str, name: str) -> list[int]:
     return [m.start() for m in re.finditer(pattern, folded)]
 
 
-def _last_stat(phrase: str) -> Statistic | None:
-    """The statistic whose word stands last in ``phrase`` (a gap word wins over a change verb it holds:
-    'falls short by')."""
+def _last_stat_at(phrase: str) -> tuple[int, Statistic] | None:
+    """Where the statistic whose word stands last in ``phrase`` stands, and which (a gap word wins over
+    a change verb it holds: 'falls short by')."""
     best: tuple[int, Statistic] | None = None
     for stat, pattern in _STATISTICS:
         for match in pattern.finditer(phrase):
             if best is None or match.start() > best[0] or (stat == "gap" and match.start() >= best[0] - 6):
                 best = (match.start(), stat)
-    return best[1] if best else None
+    return best
+
+
+def _last_stat(phrase: str) -> Statistic | None:
+    found = _last_stat_at(phrase)
+    return found[1] if found else None
+
+
+def _last_at(pattern: re.Pattern[str], text: str) -> int:
+    """Where the last match of ``pattern`` in ``text`` starts, or -1."""
+    return max((m.start() for m in pattern.finditer(text)), default=-1)
+
+
+def sign_free(answer: str, number: Number) -> bool:
+    """Does a change or gap word govern ``number`` (``fell by 1.33``, ``下降了1.33``, ``short by 2.5``)?
+    Then it may be grounded by either sign: the word carries the sign, and the statistic rule checks
+    that it is the computation's."""
+    stated = next((s for s in _stated(answer) if s.number.start == number.start), None)
+    if stated is None or stated.arithmetic:
+        return False
+    found = _last_stat_at(stated.piece)
+    return found is not None and found[1] in ("increase", "decrease", "gap") and not _LEVEL.search(stated.piece) \
+        and _last_at(_THRESHOLD, stated.piece) < found[0]
 
 
 # -- phrases ---------------------------------------------------------------------------------------
@@ -231,8 +253,9 @@ def _binding(stated: Stated, evidence: Evidence, labels: list[str], columns: lis
     plain = _without_columns(phrase, columns)
     if row is not None:
         after = phrase[max(_find_name(phrase, row)[-1:] or [0]):]
-        if _last_stat(_without_columns(after, columns)) is not None:
-            return None  # a change or statistic of the row: the statistic rule reads it
+        if _last_stat(_without_columns(after, columns)) is not None or _THRESHOLD.search(after) \
+                or any(pattern.search(after) for _, pattern in _CONDITIONS):
+            return None  # a change, a statistic or a threshold after the row: not the row's value
         column = _named_column(after, columns) or _named_column(phrase, columns)
         cells = _row_values(evidence, row, column)
         if not cells:
@@ -243,7 +266,8 @@ def _binding(stated: Stated, evidence: Evidence, labels: list[str], columns: lis
                            + (f"'s {core_name(column)}" if column else "")
                            + f", but the evidence gives {row}: {shown} ({cells[0][0].obs_id})")
         return _extremum(number, row, plain, cells, whole)
-    if _THRESHOLD.search(stated.piece) and _last_stat(plain) is None:
+    stat = _last_stat_at(_without_columns(stated.piece, columns))
+    if _THRESHOLD.search(stated.piece) and (stat is None or _last_at(_THRESHOLD, stated.piece) > stat[0]):
         word = _THRESHOLD.search(stated.piece).group(0)
         near = [n.value for text in evidence.prose for sentence in _SENTENCE.split(text)
                 if re.search(re.escape(word), sentence, re.IGNORECASE) for n in read_numbers(sentence)]
@@ -321,7 +345,10 @@ def _statistic(stated: Stated, evidence: Evidence, columns: list[str], whole: bo
                goal_numbers: list[float]) -> Failure | None:
     number = stated.number
     phrase = _without_columns(stated.piece, columns)
-    stat = _last_stat(phrase)
+    found = _last_stat_at(phrase)
+    if found is not None and _last_at(_THRESHOLD, phrase) > found[0]:
+        return None  # "short of the floor of 70": the threshold's word governs
+    stat = found[1] if found else None
     if stat is None or stated.arithmetic or _OPERATOR.search(stated.piece) or _BASE.search(phrase) \
             or grounded(number, goal_numbers):
         return None  # "per 1,000", "每1000人": a ratio's base; a number the goal gives is no result

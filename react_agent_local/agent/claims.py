@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Literal, Mapping
 
-from .bound_claims import bound_problems
+from .bound_claims import bound_problems, sign_free
 from .evidence_tables import read_evidence
 from .question_kind import question_kinds, unanswered
 from .attribution import is_reference, misattributed, off_question, scaled_readings, sites, without_name_digits
@@ -117,6 +117,11 @@ class ResolvedCheck:
 def resolve_checks(checks: Iterable[CheckSpec], latest_ok: dict[str, Observation]) -> list[ResolvedCheck]:
     return [ResolvedCheck(c.label, resolve(c.left, latest_ok), c.op, resolve(c.right, latest_ok), c.right_label)
             for c in checks]
+
+
+def with_other_sign(number: Number) -> Number:
+    """The number with the other sign (a change word carries the sign: ``fell by 1.33`` is -1.33)."""
+    return replace(number, exact=-number.exact)
 
 
 def fmt(value: float | None) -> str:
@@ -309,7 +314,8 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
         if number.plain_integer and abs(number.value) <= SMALL_INTEGER or number.value in ungrounded \
                 or is_reference(answer, number):
             continue
-        if not grounded(number, observed + goal_numbers, whole=whole):
+        if not grounded(number, observed + goal_numbers, whole=whole) and not (
+                sign_free(answer, number) and grounded(with_other_sign(number), observed, whole=whole)):
             ungrounded.add(number.value)
             problems.append(Problem("number", f"the number {number.text} appears in no cited observation"))
         else:
