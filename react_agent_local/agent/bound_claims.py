@@ -442,7 +442,7 @@ def _stated_count(clause: str, condition: Condition) -> int | None:
     return None
 
 
-def _lists(answer: str, evidence: Evidence, asks_list: bool, stated: list[Stated]) -> list[Failure]:
+def _lists(answer: str, evidence: Evidence, asks_list: bool, stated: list[Stated], goal: str) -> list[Failure]:
     labels = evidence.labels()
     if not labels or not evidence.tables:
         return []
@@ -480,10 +480,16 @@ def _lists(answer: str, evidence: Evidence, asks_list: bool, stated: list[Stated
                 verdicts.append((table, col, values, wrong, left_out, meets))
         if not verdicts:
             continue
+        # The column the clause means, where it names none: one whose values lie on both sides of the
+        # threshold (a floor of 70 is no bound on 120 tickets), then one the goal names.
+        named = [c for c in evidence.columns() if _find_name(goal, core_name(c))]
+        spans = [v for v in verdicts if min(v[2].values()) <= condition.threshold <= max(v[2].values())]
+        verdicts = spans or verdicts
         fine = [v for v in verdicts if not v[3] and not v[4]]
         counted = [v for v in verdicts if count is None or count == (len(members) if members else len(v[5]))]
         if fine and counted:
             continue
+        verdicts.sort(key=lambda v: (v[1] not in named, len(v[3]), len(v[4])))
         table, col, values, wrong, left_out, meets = (fine or verdicts)[0]
         where = f"{core_name(col) or 'value'} ({table.obs_id})"
         if not fine:
@@ -504,7 +510,7 @@ def _lists(answer: str, evidence: Evidence, asks_list: bool, stated: list[Stated
 
 
 def bound_problems(answer: str, evidence: Evidence, *, whole: bool, goal_numbers: Iterable[float],
-                   asks_list: bool, skip: Iterable[float] = ()) -> list[Failure]:
+                   asks_list: bool, goal: str = "", skip: Iterable[float] = ()) -> list[Failure]:
     """Every number of ``answer`` that is not what its words say it is, and every list or count that
     contradicts its condition, on the cited ``evidence``. Numbers of ``skip`` (already refused as
     grounded nowhere) are not read again."""
@@ -519,4 +525,4 @@ def bound_problems(answer: str, evidence: Evidence, *, whole: bool, goal_numbers
         found = found or _statistic(s, evidence, columns, whole, goal_numbers)
         if found is not None and found not in failures:
             failures.append(found)
-    return failures + _lists(answer, evidence, asks_list, stated)
+    return failures + _lists(answer, evidence, asks_list, stated, goal)

@@ -335,7 +335,7 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
                             form_declared=bool(guide and guide.answer_form))]
     problems += [Problem(f.kind, f.text) for f in
                  bound_problems(answer, tables, whole=whole, goal_numbers=goal_numbers,
-                                asks_list="list" in question_kinds(goal), skip=ungrounded)]
+                                asks_list="list" in question_kinds(goal), goal=goal, skip=ungrounded)]
     comparisons = stated_comparisons(answer)
     for c in comparisons:
         if c.false:
