@@ -64,9 +64,10 @@ def _words(*items: str) -> re.Pattern[str]:
 
 Statistic = Literal["mean", "median", "sum", "ratio", "difference", "increase", "decrease", "gap"]
 
+_GAP = _words("short", "shortfall", "falls short", "gap", "margin", "behind", "below by", "above by",
+              "exceeds? by", "差距", "缺口", "不足", "相差", "差", "高出", "超出")
 _STATISTICS: tuple[tuple[Statistic, re.Pattern[str]], ...] = (
-    ("gap", _words("short", "shortfall", "falls short", "gap", "margin", "behind", "below by", "above by",
-                   "exceeds? by", "差距", "缺口", "不足", "相差", "差", "高出", "超出")),
+    ("gap", _GAP),
     ("increase", _words("rose", "risen", "rises", "rise", "increased", "increases", "increase", "grew", "grown",
                         "gained", "up by", "higher by", "climbed", "improved", "上升", "增加", "提高", "增长",
                         "升高", "多了", "涨")),
@@ -121,6 +122,8 @@ _CLAUSE = re.compile(r"[;!?。；！？\n]|\.(?!\d)|\b(?:while|whereas|but|howev
 _PIECE = re.compile(r"[,，、]|\b(?:and|or|while|whereas|but)\b|和|与|而|及", re.IGNORECASE)
 _OPERAND_BEFORE = re.compile(r"(?:[(（=<>≥≤+*/×÷]|(?<![A-Za-z])-)\s*$")
 _OPERAND_AFTER = re.compile(r"\s*[)）%]*\s*(?:[=<>≥≤+*/×÷]|-(?!\w))")
+_TAIL = re.compile(r"^\s*(?:[%％]|percent\b)?\s*", re.IGNORECASE)  # a tail starts after the number's percent
+_GAP_AFTER = re.compile(r"(?:(?:percentage\s+)?points?\s+|pp\s+)?(?:short|behind)\b", re.IGNORECASE)
 _OPERATOR = re.compile(r"[=<>≥≤+*/×÷]|(?<![A-Za-z])-(?!\w)")
 
 
@@ -167,6 +170,8 @@ def sign_free(answer: str, number: Number) -> bool:
     stated = next((s for s in _stated(answer) if s.number.start == number.start), None)
     if stated is None or stated.arithmetic:
         return False
+    if stated.gap_after():
+        return True
     found = _last_stat_at(stated.piece)
     return found is not None and found[1] in ("increase", "decrease", "gap") and not _LEVEL.search(stated.piece) \
         and _last_at(_THRESHOLD, stated.piece) < found[0]
@@ -182,6 +187,17 @@ class Stated:
     piece: str  # the phrase's last piece (after its last comma or conjunction)
     #: it is an operand or the result of arithmetic or a comparison the answer writes out
     arithmetic: bool = False
+    #: the few words right after it ("2.5 points short", "the 72 floor"), which may name what it is
+    tail: str = ""
+
+    def gap_after(self) -> bool:
+        """An English gap word right after it: "2.5 points short" (Chinese writes it before: "差2.5")."""
+        return _GAP_AFTER.match(self.tail) is not None
+
+    def threshold_after(self) -> re.Match[str] | None:
+        """A threshold word right after it: "the 72 floor", "72 下限"."""
+        match = _THRESHOLD.match(self.tail)
+        return match if match and match.start() == 0 else None
 
 
 def _stated(answer: str) -> list[Stated]:
@@ -195,7 +211,8 @@ def _stated(answer: str) -> list[Stated]:
         pieces = _PIECE.split(phrase)
         following = answer[number.end:numbers[i + 1].start if i + 1 < len(numbers) else len(answer)]
         arithmetic = bool(_OPERAND_BEFORE.search(text) or _OPERAND_AFTER.match(following))
-        out.append(Stated(number, phrase, pieces[-1] if pieces else phrase, arithmetic))
+        out.append(Stated(number, phrase, pieces[-1] if pieces else phrase, arithmetic,
+                          _TAIL.sub("", following, count=1)[:30]))
     return out
 
 
@@ -267,8 +284,11 @@ def _binding(stated: Stated, evidence: Evidence, labels: list[str], columns: lis
                            + f", but the evidence gives {row}: {shown} ({cells[0][0].obs_id})")
         return _extremum(number, row, plain, cells, whole)
     stat = _last_stat_at(_without_columns(stated.piece, columns))
-    if _THRESHOLD.search(stated.piece) and (stat is None or _last_at(_THRESHOLD, stated.piece) > stat[0]):
-        word = _THRESHOLD.search(stated.piece).group(0)
+    named = stated.threshold_after() or (
+        _THRESHOLD.search(stated.piece) if not stated.gap_after() and (
+            stat is None or _last_at(_THRESHOLD, stated.piece) > stat[0]) else None)
+    if named:
+        word = named.group(0)
         near = [n.value for text in evidence.prose for sentence in _SENTENCE.split(text)
                 if re.search(re.escape(word), sentence, re.IGNORECASE) for n in read_numbers(sentence)]
         known = list(evidence.thresholds.values()) + near
@@ -345,9 +365,9 @@ def _statistic(stated: Stated, evidence: Evidence, columns: list[str], whole: bo
                goal_numbers: list[float]) -> Failure | None:
     number = stated.number
     phrase = _without_columns(stated.piece, columns)
-    found = _last_stat_at(phrase)
-    if found is not None and _last_at(_THRESHOLD, phrase) > found[0]:
-        return None  # "short of the floor of 70": the threshold's word governs
+    found = (len(phrase), "gap") if stated.gap_after() else _last_stat_at(phrase)
+    if stated.threshold_after() or found is not None and _last_at(_THRESHOLD, phrase) > found[0]:
+        return None  # "short of the floor of 70", "the 72 floor": the threshold's word governs
     stat = found[1] if found else None
     if stat is None or stated.arithmetic or _OPERATOR.search(stated.piece) or _BASE.search(phrase) \
             or grounded(number, goal_numbers):

@@ -412,7 +412,7 @@ def test_user_packs_with_a_truth_count_accepted_but_wrong_per_family(tmp_path):
     wrong = report["accepted_but_wrong"]
     assert (wrong["runs"], wrong["of_accepted"]) == (1, 2)
     assert wrong["per_family"] == {"office_gap": {"runs": 3, "accepted": 2, "accepted_but_wrong": 1, "unverified": 1}}
-    assert wrong["list"][0]["answer"] == unnamed
+    assert wrong["finals"][0] == {"pack": pack.name, "run": 1, "family": "office_gap", "answer": unnamed}
     markdown = to_markdown(report)
     assert "| office_gap | 3 | 2 | 1 | 1 |" in markdown and unnamed[:40] in markdown
     # the grader read the run as `run --json` prints it

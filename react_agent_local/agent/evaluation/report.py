@@ -98,8 +98,9 @@ def accepted_but_wrong(runs: list[EvalRun]) -> dict[str, Any]:
     return {"runs": len(wrong), "of_accepted": len(accepted),
             "share": round(len(wrong) / len(accepted), 4) if accepted else None,
             "per_family": dict(sorted(families.items())),
-            "list": [{"pack": r.pack, "run": r.run, "family": r.family, "answer": r.answer,
-                      "independent_failures": r.independent_failures} for r in wrong]}
+            "list": [{"pack": r.pack, "run": r.run, "independent_failures": r.independent_failures} for r in wrong],
+            # the same runs, with the Final each one was accepted with (what the user was handed as checked)
+            "finals": [{"pack": r.pack, "run": r.run, "family": r.family, "answer": r.answer} for r in wrong]}
 
 
 def build_report(runs: list[EvalRun], settings: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
@@ -190,8 +191,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"| {name} | {f['runs']} | {f['accepted']} | {f['accepted_but_wrong']} | {f['unverified']} |"
                   for name, f in wrong["per_family"].items()]
     lines += [f"- {w['pack']} run {w['run']}: {', '.join(w['independent_failures'] or []) or '—'}"
-              + (f" — Final: “{' '.join(str(w['answer']).split())[:160]}”" if w.get("answer") else "")
-              for w in wrong["list"][:20]]
+              + (f" — Final: “{' '.join(str(f['answer']).split())[:160]}”" if f.get("answer") else "")
+              for w, f in zip(wrong["list"][:20], wrong.get("finals") or [{}] * 20)]
     lines += ["", "### By verdict case", "", "| Case | Task Success | 95 % CI | Independent grade |", "|---|---:|---|---:|"]
     for case, c in report["per_case"].items():
         title = CASE_TITLES.get(None if case == "None" else case, case)
