@@ -35,6 +35,14 @@ any script) and checked, using only the cited successful Observations (and the g
   looked-up fact's name word for word, an answer stating only other facts' values answers another
   question (``attribution.off_question``): a near-namesake ('Porto metro population') is another fact.
 
+* **the question and what each number is** -- for any pack, declared checks or not: a Final that
+  states no answer of the kind the goal asks for (a number, a name, a verdict, the members of a
+  list; ``question_kind.py``), or only a bare comparison, or the task's own text, is refused; a
+  number stated beside a table's row label, a threshold's word or a statistic's word must be that
+  row's value, a threshold of the record or a computation of that statistic; a change's sign is
+  read from its word; a list must agree with the condition it states and a count with its list
+  (``bound_claims.py`` over the evidence as ``evidence_tables.py`` reads it).
+
 An operand of a check is a number or an expression of the check language (``check_language.py``)
 over the evidence: ``TOOL.path`` names a field of the latest successful Observation of TOOL
 (``calculator.value``, ``lookup_fact.value``, ``TOOL.data.field``), ``record.rules.floor`` a threshold
