@@ -257,7 +257,7 @@ def sql_kinds(sql: str, columns: list[str]) -> list[Quantity]:
         return kinds
     for i, projection in enumerate(select.expressions[:len(columns)]):
         node = projection.this if isinstance(projection, exp.Alias) else projection
-        while isinstance(node, (exp.Paren, exp.Round)) or type(node).__name__ == "Round":
+        while isinstance(node, exp.Paren) or type(node).__name__ == "Round":
             node = node.this
         if isinstance(node, exp.Sub):
             kinds[i] = "difference"
