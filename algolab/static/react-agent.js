@@ -307,6 +307,7 @@
   const STOP_TEXT = {
     completed: '证据齐全的 Final 被接受', max_steps: '外层 step 用尽', tool_budget: '工具调用次数用尽',
     token_budget: '累计 token 到达上限', timeout: '墙钟时间到达上限', loop_detected: '循环 / 无进展保护触发',
+    final_unverified: 'Final 的论断反复核验不通过：未采纳，给出未核验的候选答案',
     invalid_decision: 'Decision 修复次数用尽仍无效', cancelled: '用户取消', model_unavailable: '模型不可用（目录、依赖、设备或权重）',
     runtime_error: '意外的运行时错误',
   };
@@ -785,7 +786,7 @@
         // A streamed run learns its end from the event itself; the last poll confirms it.
         if (event.status) run.status = event.status;
         if (event.stop_reason !== undefined) run.stopReason = event.stop_reason;
-        for (const key of ['final', 'metrics', 'error']) if (event[key] !== undefined) run[key] = event[key];
+        for (const key of ['final', 'unverified', 'metrics', 'error']) if (event[key] !== undefined) run[key] = event[key];
       } else if (run.status === 'queued') {
         run.status = 'running';
       }
@@ -1109,6 +1110,10 @@
       parts.push(el('div', { class: 'small mono', text: 'evidence_ids: ' + (run.final.evidence_ids || []).join(', ') }));
     } else {
       parts.push(el('div', { class: 'muted small', text: '没有被接受的 Final Answer。' }));
+      if (run.unverified && run.unverified.answer) {  // the best refused candidate, never shown as an answer
+        parts.push(el('div', { class: 'muted small', text: '未核验的候选（未采纳）：' + run.unverified.answer }));
+        parts.push(el('div', { class: 'small mono', text: '未通过：' + (run.unverified.unverified || []).join('; ') }));
+      }
     }
     if (run.error) parts.push(el('div', { class: 'error-text', text: 'error: ' + (run.error.code || '') + ' · ' + (run.error.message || '') }));
     if (run.testPolicy) parts.push(el('span', { class: 'tp-badge small', text: TEST_POLICY_LABEL }));

@@ -35,6 +35,14 @@ any script) and checked, using only the cited successful Observations (and the g
   looked-up fact's name word for word, an answer stating only other facts' values answers another
   question (``attribution.off_question``): a near-namesake ('Porto metro population') is another fact.
 
+* **the question and what each number is** -- for any pack, declared checks or not: a Final that
+  states no answer of the kind the goal asks for (a number, a name, a verdict, the members of a
+  list; ``question_kind.py``), or only a bare comparison, or the task's own text, is refused; a
+  number stated beside a table's row label, a threshold's word or a statistic's word must be that
+  row's value, a threshold of the record or a computation of that statistic; a change's sign is
+  read from its word; a list must agree with the condition it states and a count with its list
+  (``bound_claims.py`` over the evidence as ``evidence_tables.py`` reads it).
+
 An operand of a check is a number or an expression of the check language (``check_language.py``)
 over the evidence: ``TOOL.path`` names a field of the latest successful Observation of TOOL
 (``calculator.value``, ``lookup_fact.value``, ``TOOL.data.field``), ``record.rules.floor`` a threshold
@@ -46,9 +54,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Literal, Mapping
 
+from .bound_claims import bound_problems, sign_free
+from .evidence_tables import read_evidence
+from .question_kind import question_kinds, unanswered
 from .attribution import is_reference, misattributed, off_question, scaled_readings, sites, without_name_digits
 from .check_language import evaluate, outer_function
 from .contracts import AnswerGuide, CheckSpec, Observation
@@ -116,6 +127,11 @@ def resolve_checks(checks: Iterable[CheckSpec], latest_ok: dict[str, Observation
             for c in checks]
 
 
+def with_other_sign(number: Number) -> Number:
+    """The number with the other sign (a change word carries the sign: ``fell by 1.33`` is -1.33)."""
+    return replace(number, exact=-number.exact)
+
+
 def fmt(value: float | None) -> str:
     if value is None:
         return "?"
@@ -154,7 +170,7 @@ def stated_verdict(answer: str, positive: list[str], negative: list[str], *, pat
 
 
 ProblemKind = Literal["number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict",
-                      "slot"]
+                      "slot", "unanswered", "binding", "statistic", "sign", "list", "count"]
 
 
 @dataclass(frozen=True)
@@ -306,7 +322,8 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
         if number.plain_integer and abs(number.value) <= SMALL_INTEGER or number.value in ungrounded \
                 or is_reference(answer, number):
             continue
-        if not grounded(number, observed + goal_numbers, whole=whole):
+        if not grounded(number, observed + goal_numbers, whole=whole) and not (
+                sign_free(answer, number) and grounded(with_other_sign(number), observed, whole=whole)):
             ungrounded.add(number.value)
             problems.append(Problem("number", f"the number {number.text} appears in no cited observation"))
         else:
@@ -317,6 +334,16 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
     if asked:
         problems.append(Problem("attribution", f"the question asks for {', '.join(repr(a) for a in asked[:3])}; "
                                 "the answer states the value of another fact"))
+    # What the answer says each number is, and whether it answers the question (bound_claims.py,
+    # question_kind.py): for any pack, declared checks or not.
+    tables = read_evidence(evidence)
+    problems += [Problem("unanswered", text) for text in
+                 unanswered(answer, goal, guide.hints if guide else [], tables.labels(),
+                            verdict_declared=bool(guide and guide.verdict),
+                            form_declared=bool(guide and guide.answer_form))]
+    problems += [Problem(f.kind, f.text) for f in
+                 bound_problems(answer, tables, whole=whole, goal_numbers=goal_numbers,
+                                asks_list="list" in question_kinds(goal), goal=goal, skip=ungrounded)]
     comparisons = stated_comparisons(answer)
     for c in comparisons:
         if c.false:

@@ -140,6 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "status": result.status,
             "stop_reason": result.stop_reason,
             "final": result.final.model_dump() if result.final else None,
+            "unverified": result.unverified.model_dump() if result.unverified else None,
             "metrics": result.metrics.model_dump() if result.metrics else None,
             "observations": [o.model_dump() for o in result.observations],
             "error": result.error.model_dump() if result.error else None,
@@ -148,6 +149,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         if result.final:
             print(f"\nFINAL: {result.final.answer}\n  evidence: {', '.join(result.final.evidence_ids)}")
+        elif result.unverified:  # never an accepted answer: shown with the claims that failed
+            print(f"\nUNVERIFIED (not accepted): {result.unverified.answer}\n  failed: "
+                  + "; ".join(result.unverified.unverified))
         print_metrics(result.metrics.model_dump() if result.metrics else None)
         print(f"artifacts: .runs/{run_id}/artifacts/" if artifact_dir.exists() else "")
         print(f"trace: .runs/{run_id}/events.jsonl (react-agent explain {run_id})")

@@ -468,6 +468,7 @@ StopReason = Literal[
     "token_budget",
     "timeout",
     "loop_detected",
+    "final_unverified",
     "invalid_decision",
     "cancelled",
     "model_unavailable",
@@ -481,6 +482,7 @@ TERMINAL_STATUS: dict[str, str] = {
     "token_budget": "stopped",
     "timeout": "stopped",
     "loop_detected": "stopped",
+    "final_unverified": "stopped",
     "invalid_decision": "failed",
     "cancelled": "cancelled",
     "model_unavailable": "failed",
@@ -510,12 +512,24 @@ class Metrics(BaseModel):
     checks: dict[str, bool] = Field(default_factory=dict, description="Which Task Success checks passed.")
 
 
+class UnverifiedFinal(BaseModel):
+    """The best Final a run proposed whose claims the runtime could not verify: never an accepted
+    answer (``RunResult.final`` stays None), shown so the user gets the candidate and why it failed."""
+
+    answer: str
+    evidence_ids: list[str] = Field(default_factory=list)
+    #: each claim that failed its check, as the refusal named it
+    unverified: list[str] = Field(default_factory=list)
+
+
 class RunResult(BaseModel):
     """What a finished run reports (CLI ``--json`` and the runner's terminal job view)."""
 
     status: RunStatus
     stop_reason: StopReason
     final: FinalDecision | None = None
+    #: set only when no Final was accepted and one reached the claim check: the best of those
+    unverified: UnverifiedFinal | None = None
     metrics: Metrics | None = None
     observations: list[Observation] = Field(default_factory=list)
     error: ToolErrorInfo | None = None

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .packs import TaskPack
 
 DEFAULT_PROTECTED = ("cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
-                     "invalid_decision")
+                     "final_unverified", "invalid_decision")
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from .claims import claim_problems
 from .contracts import (TERMINAL_STATUS, ActionDecision, Budgets, FinalDecision, Observation, RunResult, Sampling,
-                        ToolErrorInfo, Usage)
+                        ToolErrorInfo, UnverifiedFinal, Usage)
 from .decisions import DecisionError
 from .execution import Cancelled, run_attempt
 from .fix_trials import Scratch, settle
@@ -119,6 +119,7 @@ class Run:
         self._reply: Candidate | None = None  # the reply the latest Decision came in (its further calls)
         self.batch = Batch([], [])  # this step's calls of that reply (``tool_batch.py``)
         self._refused = False  # a Final was refused: the next ones are sampled more widely
+        self._unverified: UnverifiedFinal | None = None  # the best Final refused for its claims so far
         self._unfounded = False  # ... for a number no Observation holds: the next free step offers tools only
         self._failed_fixes: list[tuple[str, str, str]] = []  # (path, function, fix) a trial failed
         self.step = 0
@@ -344,9 +345,21 @@ class Run:
         self.usage.fault(until_progress=True)
         self.feedback.append(message[:600])
         self._refused = True
-        code = "repeated_premature_final" if problems else "repeated_false_claims"
-        self._guard("guard.no_progress", self.budgets.repeated_action_limit, (code,), code=code)
+        if problems:
+            self._guard("guard.no_progress", self.budgets.repeated_action_limit, ("repeated_premature_final",),
+                        code="repeated_premature_final")
+            return False
+        self._keep_unverified(decision, claims)
+        # Finals that keep failing their claim check end the run honestly: unverified, never accepted.
+        self._guard("guard.no_progress", self.budgets.repeated_action_limit, ("repeated_false_claims",),
+                    code="repeated_false_claims", stop_reason="final_unverified")
         return False
+
+    def _keep_unverified(self, decision: FinalDecision, claims: list[str]) -> None:
+        """Remember the refused Final with the fewest failed claims (the later one of equals)."""
+        if self._unverified is None or len(claims) <= len(self._unverified.unverified):
+            self._unverified = UnverifiedFinal(answer=decision.answer, evidence_ids=list(decision.evidence_ids),
+                                               unverified=claims)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -480,13 +493,14 @@ class Run:
 
     # -- guards and budgets -----------------------------------------------------------------
 
-    def _guard(self, event_type: str, limit: int, signature: tuple[str, ...], **payload: Any) -> None:
-        """Count ``signature``; seen ``limit`` times, the guard fires and the loop stops."""
+    def _guard(self, event_type: str, limit: int, signature: tuple[str, ...], *,
+               stop_reason: str = "loop_detected", **payload: Any) -> None:
+        """Count ``signature``; seen ``limit`` times, the guard fires and the loop stops with ``stop_reason``."""
         self.guards[signature] += 1
         if self.guards[signature] >= limit:
             self.record.guard_fired = True
             self.trace.emit(event_type, "run", self.step, **payload, count=self.guards[signature])
-            raise _Stop("loop_detected")
+            raise _Stop(stop_reason)
 
     def _stop_if(self, stop_reason: str | None) -> None:
         if stop_reason is not None:
@@ -513,10 +527,12 @@ class Run:
         if stop_reason not in ("model_unavailable", "runtime_error"):
             self.record.total_ms = (time.monotonic() - self.started) * 1000
             metrics = compute_metrics(self.pack, self.record, stop_reason, final)
+        unverified = self._unverified if final is None else None
         result = RunResult(status=status, stop_reason=stop_reason, final=final, metrics=metrics,
-                           observations=self.observations, error=error)
+                           observations=self.observations, error=error, unverified=unverified)
         self.trace.emit("run.finished", "run", self.step, status=status, stop_reason=stop_reason,
                         final=final.model_dump() if final else None,
+                        **({"unverified": unverified.model_dump()} if unverified else {}),
                         metrics=metrics.model_dump() if metrics else None,
                         error=error.model_dump() if error else None, trace_dropped=self.trace.dropped)
         return RunOutcome(result=result, events=self.trace.events)

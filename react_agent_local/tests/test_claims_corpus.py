@@ -9,6 +9,11 @@ kinds of false claim (``claims.ProblemKind``) and, for a number nothing grounds,
 The decisions follow from the evidence and the wording by the rules in ``claims.py``'s docstring;
 where no guide is declared, the guide is the one the default family offers, as ``TaskPack.guide`` builds it
 for a pack that declares nothing.
+
+An answer may instead list the ``claims`` it makes (the value of a row's cell, the lowest row, a
+threshold, a statistic of a column, a signed change, a list under a condition, a count): its decision
+and its kinds of false claim are then worked out here, from the evidence set's own tables and
+computations (``expected_of``), not typed in, and the gate must reach the same.
 """
 
 from __future__ import annotations
@@ -24,9 +29,98 @@ from agent.claims import claim_problems, resolve_checks
 from agent.contracts import AnswerGuide, Observation
 from agent.families import DEFAULT_FAMILY, answer_guide
 from agent.packs import goal_language
+from fractions import Fraction
+import re
+import statistics
 
 CORPUS = Path(__file__).parent / "claims_corpus.jsonl"
-KINDS = {"number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict"}
+KINDS = {"number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict",
+         "unanswered", "binding", "statistic", "sign", "list", "count"}
+
+
+# -- the expected decision of an answer that lists its claims, from the evidence alone ----------------
+
+def _near(stated: str, value: float) -> bool:
+    """``stated`` (as written) is ``value`` exactly or rounded to the decimals it is written with."""
+    decimals = len(stated.split(".")[1]) if "." in stated else 0
+    slack = max(Fraction(1, 2 * 10 ** decimals) if decimals else Fraction(0), Fraction(1, 10 ** 9))  # float noise
+    return abs(Fraction(stated) - Fraction(repr(float(value)))) <= slack
+
+
+def _tables(evidence: dict[str, Any]) -> list[dict[str, list[Any]]]:
+    """Each table of the set's knowledge results as column name -> {row label: value}."""
+    out = []
+    for obs in evidence["observations"]:
+        for table in obs["result"].get("tables", []):
+            names = [c["name"] for c in table["columns"]]
+            out.append({name: {row[0]: row[i] for row in table["rows"]} for i, name in enumerate(names) if i})
+    return out
+
+
+def _computed(evidence: dict[str, Any]) -> list[float]:
+    return [o["result"]["value"] for o in evidence["observations"] if o["tool"] == "calculator"]
+
+
+def _differences(evidence: dict[str, Any]) -> list[float]:
+    return [o["result"]["value"] for o in evidence["observations"]
+            if o["tool"] == "calculator" and " - " in o["result"]["expression"]]
+
+
+def _meets(column: dict[str, float], op: str, threshold: float) -> set[str]:
+    ops = {"<": lambda v: v < threshold, "<=": lambda v: v <= threshold, ">": lambda v: v > threshold,
+           ">=": lambda v: v >= threshold}
+    return {label for label, value in column.items() if ops[op](value)}
+
+
+def _failed_kind(claim: dict[str, Any], evidence: dict[str, Any]) -> str | None:
+    """The kind of false claim ``claim`` is on this evidence, or None when it holds."""
+    tables, kind = _tables(evidence), claim["claim"]
+    if kind == "answers":
+        return None if claim["holds"] else "unanswered"
+    if kind == "cell":
+        held = [t[claim["column"]][claim["row"]] for t in tables if claim["row"] in t.get(claim["column"], {})]
+        return None if any(_near(claim["stated"], v) for v in held) else "binding"
+    if kind == "extremum":
+        pick = min if claim["which"] == "min" else max
+        ok = any(t[claim["column"]][claim["row"]] == pick(t[claim["column"]].values())
+                 for t in tables if claim["row"] in t.get(claim["column"], {}))
+        return None if ok else "binding"
+    if kind == "threshold":
+        prose = " ".join(t["prose"] for o in evidence["observations"] for t in o["result"].get("tables", []))
+        rules = [float(v) for v in re.findall(r"^- [^:\n]+:\s*([\d.]+)\s*$", prose, re.MULTILINE)]
+        return None if any(_near(claim["stated"], v) for v in rules) else "binding"
+    if kind == "statistic":
+        of = {"mean": statistics.fmean, "median": statistics.median}[claim["stat"]]
+        values = [of(list(t[claim["column"]].values())) for t in tables if claim["column"] in t]
+        return None if any(_near(claim["stated"], v) for v in values) else "statistic"
+    if kind in ("change", "gap"):
+        size = claim["stated"].lstrip("-")
+        negative = claim["stated"].startswith("-") or claim.get("sign") == -1
+        for value in _differences(evidence):
+            if _near(size, abs(value)) and (kind == "gap" or negative == (value < 0)):
+                return None
+        same_size = any(_near(size, abs(value)) for value in _differences(evidence))
+        return "sign" if kind == "change" and same_size else "statistic"
+    if kind in ("list", "count"):
+        for t in tables:
+            column = t.get(claim["column"], {})
+            if not all(m in column for m in claim["members"]):
+                continue
+            meets = _meets(column, claim["op"], claim["threshold"])
+            if kind == "list" and set(claim["members"]) == meets:
+                return None
+            if kind == "count" and claim["stated"] == len(claim["members"]):
+                return None
+        return kind
+    raise AssertionError(f"unknown claim {kind}")
+
+
+def expected_of(item: dict[str, Any], sets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The item with its ``decision`` and ``problems`` worked out from its ``claims``."""
+    if "claims" not in item:
+        return item
+    kinds = sorted({k for c in item["claims"] if (k := _failed_kind(c, sets[item["set"]])) is not None})
+    return {**item, "decision": "refuse" if kinds else "accept", "problems": kinds}
 
 
 def _load() -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
@@ -37,7 +131,7 @@ def _load() -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
             items.append(record)
         else:
             sets[record["set"]] = record
-    return sets, items
+    return sets, [expected_of(item, sets) for item in items]
 
 
 SETS, ITEMS = _load()

@@ -364,3 +364,64 @@ def test_resolve_packs_reads_a_folder_of_packs_or_one_pack(tmp_path):
     assert [p.name for p in resolve_packs(str(tmp_path / "suite"), tmp_path / "out", 0)] == [r.name for r in roots]
     assert [p.name for p in resolve_packs(str(roots[0]), tmp_path / "out", 0)] == [roots[0].name]
     assert [p.name for p in resolve_packs("generated:2", tmp_path / "out", 9)] == [r.name for r in roots]
+
+
+# -- packs a user wrote, graded by the operator's own grader -----------------------------------------
+
+GRADER = '''import json, sys
+run, truth = (json.load(open(path, encoding="utf-8")) for path in sys.argv[1:3])
+answer = (run.get("final") or {}).get("answer") or ""
+why = [] if run["stop_reason"] == "completed" else ["status " + run["stop_reason"]]
+why += ["answer lacks name " + name for name in truth["names"] if name not in answer]
+print("PASS" if not why else "FAIL: " + "; ".join(why))
+'''
+
+
+def test_user_packs_with_a_truth_count_accepted_but_wrong_per_family(tmp_path):
+    """A pack a user wrote is graded by the operator's grader from its truth.json (an independent
+    grader: a script outside the project); the report counts its accepted-but-wrong runs per family
+    and the runs that ended unverified apart."""
+    from test_claims_runs import offices
+
+    from agent.evaluation.external_grade import run_json
+
+    pack = offices(tmp_path)
+    # the grader asks for more than the gate can check: the rule's own name beside the lowest office
+    lowest, rule = "Quito", "office floor"
+    (pack.root / "truth.json").write_text(json.dumps({"family": "office_gap", "names": [lowest, rule]}),
+                                          encoding="utf-8")
+    grader = tmp_path / "grade.py"
+    grader.write_text(GRADER, encoding="utf-8")
+    right = (f"The lowest office is {lowest} with a Resolution Rate of 66.5. The {rule} is 70, so it falls short "
+             "by 3.5 points.")
+    unnamed = right.replace(f"The {rule}", "The floor")
+    finals = {0: [right], 1: [unnamed], 2: ["70 >= 66.5 is True"] * 3}
+    start = [json.dumps({"query": "results and rule", "top_k": 4}), json.dumps({"expression": "70 - 66.5"})]
+
+    def policy_for(p, k):
+        return ScriptedPolicy(start + [json.dumps(f) for f in finals[k]])
+
+    runs = run_suite([pack], policy_for, Budgets(), runs=3, seed=0, artifact_root=tmp_path / "art", progress=False,
+                     grader=grader)
+    assert [r.stop_reason for r in runs] == ["completed", "completed", "final_unverified"]
+    assert [r.independent_failures for r in runs][:2] == [[], [f"answer lacks name {rule}"]]
+    assert runs[2].independent_failures[0] == "status final_unverified"
+    assert {r.family for r in runs} == {"office_gap"}
+    report = build_report(runs, {"packs": "user", "pack_count": 1, "runs": 3, "seed": 0, "temperature": 0.0,
+                                 "top_p": 0.8, "top_k": 20, "max_seconds": 300, "mode": None}, {"name": "m.gguf"})
+    wrong = report["accepted_but_wrong"]
+    assert (wrong["runs"], wrong["of_accepted"]) == (1, 2)
+    assert wrong["per_family"] == {"office_gap": {"runs": 3, "accepted": 2, "accepted_but_wrong": 1, "unverified": 1}}
+    assert wrong["finals"][0] == {"pack": pack.name, "run": 1, "family": "office_gap", "answer": unnamed}
+    markdown = to_markdown(report)
+    assert "| office_gap | 3 | 2 | 1 | 1 |" in markdown and unnamed[:40] in markdown
+    # the grader read the run as `run --json` prints it
+    printed = json.loads((tmp_path / "art" / pack.name / "run-2" / "run.json").read_text(encoding="utf-8"))
+    assert set(printed) == set(run_json(RunResult(status="stopped", stop_reason="final_unverified"), "x"))
+    assert printed["final"] is None and printed["unverified"]["answer"] == "70 >= 66.5 is True"
+
+
+def test_eval_refuses_a_grader_that_is_not_there(tmp_path, capsys):
+    assert main(["eval", "--model", str(tmp_path / "m.gguf"), "--packs", "generated:2", "--grader",
+                 str(tmp_path / "missing.py"), "--out", str(tmp_path / "out")]) == 2
+    assert "--grader missing.py: no such file" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -614,10 +614,17 @@ def test_repeated_false_claims_stop_the_run(tmp_path):
     wrong = json.dumps("The average is 79 and the lowest batch value is 72. Check: average 79 >= 78 is False; "
                        "lowest 72 >= 70 is True. So it does not meet the release rule.")
     outcome, _ = run_scripted(chain()[:3] + [wrong] * 3, tmp_path)
-    assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "loop_detected")
+    # an honest end of its own, not the loop guard's: the candidate comes back marked unverified
+    assert (outcome.result.status, outcome.result.stop_reason) == ("stopped", "final_unverified")
     guard = events_of(outcome, "guard.no_progress")[0]
     assert guard["code"] == "repeated_false_claims" and guard["count"] == 3
-    assert outcome.result.metrics.task_success is False
+    assert outcome.result.metrics.task_success is False and outcome.result.final is None
+    refused = events_of(outcome, "final.validated")
+    unverified = outcome.result.unverified
+    assert unverified.answer == json.loads(wrong) and unverified.unverified
+    assert refused[-1]["message"].endswith("; ".join(unverified.unverified)[-100:])
+    finished = events_of(outcome, "run.finished")[0]
+    assert finished["final"] is None and finished["unverified"]["answer"] == unverified.answer
 
 
 # -- the alternative pack -------------------------------------------------------------------------
@@ -639,7 +646,8 @@ def test_alternative_pack_refuses_the_default_packs_answer(tmp_path):
     outcome, _ = run_scripted(chain(answer, pack=ALT) + [json.dumps(answer)] * 2, tmp_path, pack=ALT)
     refused = events_of(outcome, "final.validated")
     assert all(not e["accepted"] for e in refused) and "79 appears in no cited observation" in refused[0]["message"]
-    assert outcome.result.stop_reason == "loop_detected" and outcome.result.metrics.task_success is False
+    assert outcome.result.stop_reason == "final_unverified" and outcome.result.metrics.task_success is False
+    assert outcome.result.final is None and outcome.result.unverified.answer == answer
 
 
 def test_the_grader_fails_a_true_but_wrong_check(tmp_path):

@@ -2,11 +2,14 @@
 
     python -m agent eval --model PATH|openai:BASE_URL#NAME|anthropic:NAME --packs DIR|NAME|generated:N --runs K [--seed S]
                          [--temperature T] [--top-p P] [--top-k K] [--mode guided|free] [--out DIR]
-                         [--approval never_ask|ask_on_risk|always_ask] [--unsandboxed]
+                         [--approval never_ask|ask_on_risk|always_ask] [--unsandboxed] [--grader SCRIPT]
 
 ``--packs generated:fixtest:N`` generates N fix-the-failing-test packs (``agent/families``); their runs
 work in a fresh copy of each pack's repository, in the sandbox. Nobody answers an approval during
 an eval: a command the policy would ask about is refused (the pack's own test command runs).
+``--grader SCRIPT`` grades the packs that carry a ``truth.json`` (packs a user wrote) with the
+operator's own independent grader (``external_grade.py``); the report counts accepted-but-wrong runs
+per family.
 
 Operator mistakes (bad flag values, no model, unknown packs) are one ``error:`` line and exit 2,
 before anything is loaded or written. The model is loaded once through ``backends.load_model``
@@ -47,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-seconds", type=float, default=None, help="deadline of each run")
     parser.add_argument("--out", default=None, help="report folder (default .runs/eval/<timestamp>/ in a checkout)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--grader", default=None,
+                        help="a grader script for packs with a truth.json: run as SCRIPT RUN_JSON TRUTH_JSON, "
+                             "it prints PASS or FAIL: reasons")
     add_workspace_arguments(parser, directory=False)
 
 
@@ -73,6 +79,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.runs < 1 or args.runs > 1000:
         return _refuse("--runs: must be between 1 and 1000")
+    if args.grader is not None and not Path(args.grader).expanduser().is_file():
+        return _refuse(f"--grader {Path(args.grader).name}: no such file")
     try:
         budgets = Budgets(**({"max_seconds": args.max_seconds} if args.max_seconds is not None else {}))
         sampling = Sampling(**{k: v for k, v in {
@@ -124,7 +132,8 @@ def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, spec: Any, 
         with (out / "runs.jsonl").open("w", encoding="utf-8") as log:
             run_suite(packs, lambda pack, k: policy, budgets, sampling=sampling, runs=args.runs, seed=args.seed,
                       artifact_root=out / "artifacts", mode=args.mode, progress=not args.no_progress, on_run=record,
-                      workspace=workspace_options(args, approver=None))
+                      workspace=workspace_options(args, approver=None),
+                      grader=Path(args.grader).expanduser().resolve() if args.grader else None)
     except KeyboardInterrupt:
         interrupted = True
         print(f"\ninterrupted after {len(runs)} run(s); reporting those", file=sys.stderr)
@@ -136,7 +145,7 @@ def _evaluate(args: argparse.Namespace, budgets: Any, sampling: Any, spec: Any, 
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                 # a pack may declare its own budgets (TaskSpec.budgets); the caller's flag wins where set
                 "max_seconds": budgets.max_seconds if "max_seconds" in budgets.model_fields_set else None,
-                "mode": args.mode,
+                "mode": args.mode, "grader": Path(args.grader).name if args.grader else None,
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                 "wall_seconds": round(time.time() - started, 1), "interrupted": interrupted}
     report = build_report(runs, settings, policy.description.public())

@@ -5,7 +5,9 @@ Two success rates are reported side by side: the runtime's ``metrics.task_succes
 the independent grade of ``grading.py``; runs where they disagree are listed, since one of the
 two graders is then wrong. *Accepted but wrong* counts on its own the runs whose Final the
 runtime's gate accepted and the independent grader fails: the answers a user would have been
-handed as checked. Nothing here prints or stores an absolute path: packs are named by
+handed as checked -- overall and per family (a generated family's, or the one a user pack's
+``truth.json`` names). Runs that ended ``final_unverified`` are counted apart: the user got the
+candidate marked unverified, never as an answer. Nothing here prints or stores an absolute path: packs are named by
 their folder name and the model by its file name.
 """
 
@@ -83,9 +85,22 @@ def accepted_but_wrong(runs: list[EvalRun]) -> dict[str, Any]:
     the accepted runs it grades."""
     accepted = [r for r in runs if r.stop_reason == "completed" and r.independent_success is not None]
     wrong = [r for r in accepted if not r.independent_success]
+    families: dict[str, dict[str, int]] = {}
+    accepted_ids, wrong_ids = {id(r) for r in accepted}, {id(r) for r in wrong}
+    for r in runs:
+        if r.independent_success is None:
+            continue
+        row = families.setdefault(str(r.family), {"runs": 0, "accepted": 0, "accepted_but_wrong": 0, "unverified": 0})
+        row["runs"] += 1
+        row["accepted"] += id(r) in accepted_ids
+        row["accepted_but_wrong"] += id(r) in wrong_ids
+        row["unverified"] += r.stop_reason == "final_unverified"
     return {"runs": len(wrong), "of_accepted": len(accepted),
             "share": round(len(wrong) / len(accepted), 4) if accepted else None,
-            "list": [{"pack": r.pack, "run": r.run, "independent_failures": r.independent_failures} for r in wrong]}
+            "per_family": dict(sorted(families.items())),
+            "list": [{"pack": r.pack, "run": r.run, "independent_failures": r.independent_failures} for r in wrong],
+            # the same runs, with the Final each one was accepted with (what the user was handed as checked)
+            "finals": [{"pack": r.pack, "run": r.run, "family": r.family, "answer": r.answer} for r in wrong]}
 
 
 def build_report(runs: list[EvalRun], settings: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
@@ -170,8 +185,14 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += ["", (f"**Accepted but wrong** (the gate accepted the Final, the independent grader fails it): "
                    f"{wrong['runs']} of {wrong['of_accepted']} accepted run(s) with an independent grade"
                    + (f" ({wrong['share'] * 100:.0f} %)" if wrong["share"] is not None else ""))]
+    if wrong["per_family"]:
+        lines += ["", "| Family | Graded runs | Accepted | Accepted but wrong | Ended unverified |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {name} | {f['runs']} | {f['accepted']} | {f['accepted_but_wrong']} | {f['unverified']} |"
+                  for name, f in wrong["per_family"].items()]
     lines += [f"- {w['pack']} run {w['run']}: {', '.join(w['independent_failures'] or []) or '—'}"
-              for w in wrong["list"][:20]]
+              + (f" — Final: “{' '.join(str(f['answer']).split())[:160]}”" if f.get("answer") else "")
+              for w, f in zip(wrong["list"][:20], wrong.get("finals") or [{}] * 20)]
     lines += ["", "### By verdict case", "", "| Case | Task Success | 95 % CI | Independent grade |", "|---|---:|---|---:|"]
     for case, c in report["per_case"].items():
         title = CASE_TITLES.get(None if case == "None" else case, case)

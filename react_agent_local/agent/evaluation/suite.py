@@ -12,6 +12,10 @@ model for every call; tests return a fresh scripted policy per run. Each run bec
 (``run-k/workspace``), which its family's grader reads afterwards. A pack that looks facts up gets
 ``lookup_fact`` bound to its fact names (``tools.with_fact_names``), so the grammar offers
 exactly those.
+
+A pack a user wrote carries its own ground truth, ``truth.json``, graded by the operator's script
+(``--grader``, ``external_grade.py``) in place of a family's grader; its family is the one
+``truth.json`` names (else the pack's).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..runtime import PolicySource, run_agent
 from ..tools import pack_registry
 from ..trace import write_events
 from ..workspace import WorkspaceOptions
+from .external_grade import external_grade, truth_family
 
 GENERATED = "generated:"
 
@@ -49,6 +54,7 @@ class EvalRun:
     seconds: float
     independent_failures: list[str] | None  # None: no independent grader for this pack's family
     case: str | None = None
+    family: str | None = None  # the pack's family: its truth.json's, its task.json's, or the default
     answer: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -110,7 +116,7 @@ def _progress(total: int, enabled: bool):
 
 def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, artifact_dir: Path,
             mode: str | None = None, sampling: Sampling | None = None,
-            workspace: WorkspaceOptions | None = None) -> EvalRun:
+            workspace: WorkspaceOptions | None = None, grader: Path | None = None) -> EvalRun:
     expected = pack.load_expected()
     sampling = sampling or Sampling()
     if pack.task.workspace is not None:  # a fresh copy of the template in this run's folder
@@ -123,11 +129,13 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
     result = outcome.result
     metrics = result.metrics.model_dump() if result.metrics else {}
     checks = metrics.pop("checks", {}) or {}
+    graded = external_grade(grader, pack.root, result, artifact_dir) if grader is not None else None
     return EvalRun(
         pack=pack.name, run=k, seed=sampling.seed if sampling.seed is not None else k, status=result.status,
         stop_reason=result.stop_reason, task_success=metrics.get("task_success"), checks=checks, metrics=metrics,
-        seconds=round(seconds, 3), independent_failures=grade_run(pack, artifact_dir / "workspace", result),
-        case=verdict_case(pack, expected),
+        seconds=round(seconds, 3),
+        independent_failures=graded if graded is not None else grade_run(pack, artifact_dir / "workspace", result),
+        case=verdict_case(pack, expected), family=truth_family(pack.root) or pack.family,
         answer=result.final.answer if result.final else None,
         error=f"{result.error.code}: {result.error.message}"[:300] if result.error else None)
 
@@ -135,8 +143,9 @@ def run_one(pack: TaskPack, policy: PolicySource, budgets: Budgets, k: int, arti
 def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], PolicySource], budgets: Budgets,
               *, runs: int, seed: int, artifact_root: Path, mode: str | None = None, sampling: Sampling | None = None,
               progress: bool = True, on_run: Callable[[EvalRun], None] | None = None,
-              workspace: WorkspaceOptions | None = None) -> list[EvalRun]:
-    """Every pack ``runs`` times; run k uses seed ``seed + k``. Returns the runs in order."""
+              workspace: WorkspaceOptions | None = None, grader: Path | None = None) -> list[EvalRun]:
+    """Every pack ``runs`` times; run k uses seed ``seed + k``. Returns the runs in order. ``grader``:
+    the operator's script for the packs that carry a ``truth.json`` (``external_grade.py``)."""
     results: list[EvalRun] = []
     passed = 0
     with _progress(len(packs) * runs, progress) as bar:
@@ -145,7 +154,7 @@ def run_suite(packs: list[TaskPack], policy_for: Callable[[TaskPack, int], Polic
                 run_sampling = (sampling or Sampling()).model_copy(update={"seed": seed + k})
                 record = run_one(pack, policy_for(pack, k), budgets, k,
                                  artifact_root / pack.name / f"run-{k}", mode=mode, sampling=run_sampling,
-                                 workspace=workspace)
+                                 workspace=workspace, grader=grader)
                 results.append(record)
                 passed += bool(record.task_success)
                 bar.set_postfix_str(f"{pack.name} {'PASS' if record.task_success else 'FAIL'} · {passed}/{len(results)}")

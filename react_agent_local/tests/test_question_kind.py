@@ -1,0 +1,57 @@
+"""What a goal asks for, read from its own words in English and Chinese (``agent/question_kind.py``),
+and what a Final that answers nothing looks like."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.question_kind import question_kinds, unanswered
+
+
+@pytest.mark.parametrize("goal,kinds", [
+    ("How many tickets did the Oslo office close in April?", {"number"}),
+    ("By how much did the average change from week one to week two?", {"number"}),
+    ("Which office has the lowest resolution rate?", {"name"}),
+    ("Which offices are below the floor?", {"list"}),
+    ("Say whether the release rule is met.", {"verdict"}),
+    ("Is the spread within the limit? Compute it with the calculator.", {"verdict", "number"}),
+    ("三个区域的平均值从 3 月到 4 月变化了多少？", {"number"}),
+    ("哪个区域的解决率最低？", {"name"}),
+    ("哪些区域低于下限？", {"list"}),
+    ("请判断是否满足发布规则。", {"verdict"}),
+    ("有几个区域低于下限？", {"number"}),
+])
+def test_the_goals_words_say_what_it_asks(goal, kinds):
+    assert question_kinds(goal) == frozenset(kinds)
+
+
+GOAL = "Which office has the lowest resolution rate, and by how much is it below the floor?"
+NAMES = ["Oslo", "Quito", "Lima"]
+
+
+@pytest.mark.parametrize("answer,missing", [
+    ("70 >= 66.5 is True", "only a comparison"),
+    ("66.5 < 70 成立", "only a comparison"),
+    ("The lowest office is {name} with {number}.", "unfilled"),
+    ("The lowest rate is 66.5, 3.5 below the floor.", "asks for a name"),
+    ("Quito is the lowest office.", "asks for a number"),
+    ("Which office has the lowest resolution rate, and by how much is it below the floor?", "repeats"),
+])
+def test_a_final_that_answers_nothing_is_named(answer, missing):
+    found = unanswered(answer, GOAL, [], NAMES)
+    assert found and missing in found[0], found
+
+
+@pytest.mark.parametrize("answer", [
+    "Quito is the lowest office at 66.5, 3.5 points below the floor of 70.",
+    "Quito: 66.5 < 70, so it is 3.5 points short.",
+    "2602418 + 2820787 = 5423205",  # an equation states its result
+])
+def test_a_final_that_answers_is_not(answer):
+    goal = GOAL if not answer[0].isdigit() else "Add the two populations with the calculator."
+    assert unanswered(answer, goal, [], NAMES if not answer[0].isdigit() else []) == []
+
+
+def test_an_answer_form_the_pack_declares_says_what_is_stated():
+    assert unanswered("The gap is 6 points.", "Which group is lowest and by how much?", [], ["North"],
+                      form_declared=True) == []
