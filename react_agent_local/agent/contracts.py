@@ -364,6 +364,11 @@ class WorkspaceSpec(BaseModel):
         min_length=1, max_length=400,
         description="The command that proves the task done: a Final is accepted only after a run of exactly "
                     "this command exited 0 on the current files, later than the last change.")
+    allow_test_config: bool = Field(
+        default=False,
+        description="The goal is about the test set-up itself: conftest.py, pytest's configuration (pytest.ini, "
+                    "pyproject.toml, setup.cfg, tox.ini) and start-up files (*.pth, sitecustomize.py) may change. "
+                    "Otherwise they are protected like the tests, so no run can make a failing test pass by them.")
 
     @field_validator("template")
     @classmethod

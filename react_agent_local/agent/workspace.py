@@ -39,6 +39,12 @@ if TYPE_CHECKING:
 
 #: read-only inside every sandbox, whatever the task protects
 ALWAYS_READ_ONLY = (".git",)
+#: what decides how the test command runs and what it reports, so a run never changes it unless its
+#: task says the goal is about it: pytest's configuration and plugins (a conftest.py that marks every
+#: report passed, a pytest.py that exits 0) and what every interpreter start-up imports
+TEST_MACHINERY_NAMES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini",
+                                  "pytest.py", "sitecustomize.py", "usercustomize.py"})
+TEST_MACHINERY_FOLDERS = frozenset({"pytest", "_pytest"})
 MAX_TEMPLATE_FILES = 2000
 MAX_TEMPLATE_BYTES = 32 << 20
 
@@ -67,6 +73,22 @@ class Workspace:
     pack_root: Path | None = None
     #: the operator opted out of the sandbox for this run (the grader then may too)
     allow_unsandboxed: bool = False
+    #: the task's goal is about the test set-up itself (``workspace.allow_test_config``): conftest.py and
+    #: pytest's configuration may change like any other file
+    allow_test_config: bool = False
+    #: every entry named ``.git`` or ``.gitmodules`` below the root when the run began (a nested
+    #: repository the user already had); anything else of that kind a command leaves is removed
+    git_entries: frozenset[str] | None = None
+    #: whether the root had a ``.git`` when the run began (where it had none, the sandbox mounts an
+    #: empty read-only one, and whatever is left there afterwards is removed)
+    had_root_git: bool | None = None
+
+    def __post_init__(self) -> None:
+        # Taken when the workspace is made, so what the user's folder already holds is never removed.
+        if self.git_entries is None:
+            object.__setattr__(self, "git_entries", git_entries(self.root) if self.root.is_dir() else frozenset())
+        if self.had_root_git is None:
+            object.__setattr__(self, "had_root_git", os.path.lexists(self.root / ".git"))
 
     def open_root(self) -> int:
         """A descriptor of the root folder (the caller closes it); the root itself is no link."""
@@ -111,7 +133,12 @@ class Workspace:
 
     def is_protected(self, path: str) -> bool:
         parts = "/".join(ops.split_path(path, allow_root=True))
-        return any(parts == p or parts.startswith(p + "/") for p in self.protected)
+        return any(parts == p or parts.startswith(p + "/") for p in self.protected) or self.is_test_machinery(parts)
+
+    def is_test_machinery(self, path: str) -> bool:
+        """Whether ``path`` is part of how the tests run (see ``TEST_MACHINERY_NAMES``), unless the task
+        allows changing it."""
+        return not self.allow_test_config and is_test_machinery(path)
 
     def protected_hashes(self, hashes: dict[str, str] | None = None) -> dict[str, str]:
         hashes = self.hashes() if hashes is None else hashes
@@ -126,6 +153,57 @@ class Workspace:
         """What the trace may say about the workspace: no absolute path."""
         return {"files": len(self.hashes()), "protected": list(self.protected), "test_command": self.test_command,
                 "from_template": self.pack_root is not None}
+
+
+def is_test_machinery(path: str) -> bool:
+    """A conftest.py or pytest configuration at any depth, a ``*.pth`` file, or a module or package that
+    could stand in for pytest itself."""
+    parts = [part for part in path.split("/") if part]
+    if not parts:
+        return False
+    return (parts[-1] in TEST_MACHINERY_NAMES or parts[-1].endswith(".pth")
+            or any(part in TEST_MACHINERY_FOLDERS for part in parts[:-1]) or parts[0] in TEST_MACHINERY_FOLDERS)
+
+
+def git_entries(root: Path) -> frozenset[str]:
+    """Workspace-relative paths of every ``.git`` and ``.gitmodules`` below the root (the root's own
+    ``.git`` left out: the sandbox keeps it read-only). Links are not followed."""
+    found: set[str] = set()
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        rel = Path(folder).relative_to(root)
+        for name in [*dirs, *names]:
+            if name.casefold() in (".git", ".gitmodules") and not (rel == Path(".") and name == ".git"):
+                found.add(str(rel / name) if rel != Path(".") else name)
+        dirs[:] = [d for d in dirs if d.casefold() != ".git"]
+    return frozenset(found)
+
+
+def remove_planted_git(workspace: "Workspace") -> list[str]:
+    """Remove every ``.git``/``.gitmodules`` below the root that was not there when the run began, and a
+    root ``.git`` when the workspace had none (what the sandbox mounted over it). Returns what was
+    removed: git run by the operator later in this folder would have read its config and hooks."""
+    root = workspace.root
+    removed = []
+    for rel in sorted(git_entries(root) - (workspace.git_entries or frozenset())):
+        _remove(root / rel)
+        removed.append(rel)
+    path = root / ".git"
+    if not workspace.had_root_git and os.path.lexists(path):
+        planted = path.is_symlink() or not path.is_dir() or any(path.iterdir())
+        _remove(path)
+        if planted:  # an empty folder is only the sandbox's mount point
+            removed.append(".git")
+    return removed
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)  # the fd-based rmtree: a link inside is unlinked, not followed
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 @dataclass
@@ -213,6 +291,8 @@ def prepare(task: "TaskSpec", pack_root: Path, options: WorkspaceOptions, run_di
     else:
         raise WorkspaceUnavailable("workspace_missing", "this pack's tools work in a workspace: start the run with "
                                                         "--workspace DIR, or use a pack that has a workspace template")
+    allow = bool(spec.allow_test_config) if spec else False
+    workspace = replace(workspace, allow_test_config=allow)
     return replace(workspace, baseline=workspace.protected_hashes())
 
 
@@ -222,7 +302,8 @@ def sandbox_for(workspace: Workspace, *, network: bool = False, root: Path | Non
     from .sandbox import SandboxPolicy, SandboxUnavailable, open_sandbox
 
     root = Path(root or workspace.root)
-    read_only = tuple(p for p in (*ALWAYS_READ_ONLY, *workspace.protected)
+    machinery = tuple(rel for rel in workspace.baseline if workspace.is_test_machinery(rel))
+    read_only = tuple(p for p in dict.fromkeys((*ALWAYS_READ_ONLY, *workspace.protected, *machinery))
                       if os.path.lexists(root / p) and not (root / p).is_symlink())
     try:
         return open_sandbox(SandboxPolicy(workspace=root, network=network, read_only=read_only,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tools.shell import BASH, COMMAND_ENV, head_tail
+from .tools.shell import BASH, TEST_ENV, head_tail
 from .workspace import Workspace, WorkspaceUnavailable, copy_template, sandbox_for
 
 DEFAULT_TIMEOUT = 120.0
@@ -73,7 +73,7 @@ def grade_workspace(check: dict[str, Any], workspace: Workspace) -> WorkspaceGra
             return WorkspaceGrade(False, failures + ["sandbox_unavailable"])
         result = sandbox.run([BASH, "--noprofile", "--norc", "-c", command], cwd=".",
                              timeout_s=float(check.get("timeout_seconds") or DEFAULT_TIMEOUT), stdin=b"",
-                             env=dict(COMMAND_ENV), max_output_bytes=1 << 20)
+                             env=dict(TEST_ENV), max_output_bytes=1 << 20)
         out = result.stdout.decode("utf-8", "replace") if isinstance(result.stdout, bytes) else str(result.stdout)
         output, _ = head_tail(out, int(result.stdout_total))
         if result.timed_out:

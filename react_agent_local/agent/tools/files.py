@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import Field
 
 from ..sandbox import interpreter
+from ..shell_risk.paths import git_hazard
 from . import workspace_ops as ops
 from .base import StrictArgs, Tool, ToolContext, ToolError
 
@@ -76,6 +77,14 @@ def check_writable(ctx: ToolContext, path: str) -> str:
     rel = _relative(path)
     if rel == ".git" or rel.startswith(".git/"):
         raise ToolError("read_only", "'.git' is read-only", retryable=False)
+    hazard = git_hazard(rel) or (".gitmodules names repositories git would fetch"
+                                 if rel.split("/")[-1].casefold() == ".gitmodules" else None)
+    if hazard is not None:  # git run by the operator in this folder later would run what it holds
+        raise ToolError("read_only", f"'{rel}' cannot be written: {hazard}", retryable=False)
+    if ctx.workspace is not None and ctx.workspace.is_test_machinery(rel):
+        raise ToolError("protected_path", f"'{rel}' decides how the tests run (pytest's configuration, a conftest.py "
+                                          "or a start-up file) and must not be changed; change the code under test "
+                                          "instead", retryable=False)
     if ctx.workspace is not None and ctx.workspace.is_protected(rel):
         raise ToolError("protected_path", f"'{rel}' is one of the task's tests and must not be changed; "
                                           "change the code under test instead", retryable=False)

@@ -30,6 +30,8 @@ from typing import Any
 from pydantic import Field
 
 from ..approvals import ApprovalRequest, ask_operator, channel_of
+from ..trace import redact_text
+from ..workspace import remove_planted_git
 from . import workspace_ops as ops
 from .base import StrictArgs, Tool, ToolContext, ToolError
 
@@ -64,6 +66,9 @@ def is_test_command(ctx: ToolContext, command: str) -> bool:
 #: runner's virtual environment first on PATH: ``python`` is the runner's interpreter, as for a
 #: pack's MCP servers): no byte-code files in the workspace, output unbuffered, no colour codes
 COMMAND_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+#: the task's test command also runs with the interpreter's own pytest: no module of the workspace
+#: can shadow an installed one (``test_boot/sitecustomize.py`` puts the working folder last on the path)
+TEST_ENV = {**COMMAND_ENV, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(Path(__file__).resolve().parent / "test_boot")}
 
 
 def _text(data: Any) -> str:
@@ -81,8 +86,14 @@ def head_tail(text: str, total_bytes: int, head: int = HEAD_CHARS, tail: int = T
     return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[-tail:]}", True
 
 
+def _shown(text: str, root: Path) -> str:
+    """Output as the model, the artifact and the trace may hold it: workspace paths relative (a
+    traceback still names its files), every other absolute path, key and user name redacted."""
+    return redact_text(text.replace(f"{root}/", "").replace(str(root), "."))
+
+
 def _write_artifact(artifact_dir: Path, command: str, stdout: str, stderr: str, complete: bool) -> dict[str, Any]:
-    body = f"$ {command}\n\n[stdout]\n{stdout}\n\n[stderr]\n{stderr}\n".encode("utf-8", "replace")
+    body = f"$ {redact_text(command)}\n\n[stdout]\n{stdout}\n\n[stderr]\n{stderr}\n".encode("utf-8", "replace")
     artifact_id = "art-" + secrets.token_hex(8)
     try:
         artifact_dir.mkdir(parents=True, exist_ok=True)
@@ -141,19 +152,30 @@ def _execute(ctx: ToolContext, args: BashArgs, cancel: threading.Event) -> dict[
             raise ToolError("deadline_exceeded", "the run's deadline passed before the command could run", retryable=False)
     hashes = ctx.workspace.hashes()  # read once for both digests
     files, code = ops.digest(hashes), ctx.workspace.code_digest(hashes)
+    test_run = is_test_command(ctx, args.command)
     result = ctx.sandbox.run([BASH, "--noprofile", "--norc", "-c", args.command], cwd=".", timeout_s=timeout,
-                             cancel=cancel, stdin=b"", env=dict(COMMAND_ENV), max_output_bytes=MAX_OUTPUT_BYTES)
+                             cancel=cancel, stdin=b"", env=dict(TEST_ENV if test_run else COMMAND_ENV),
+                             max_output_bytes=MAX_OUTPUT_BYTES)
+    planted = remove_planted_git(ctx.workspace)
+    if planted and ctx.emit is not None:
+        ctx.emit("workspace.git_removed", tool="bash", paths=planted)
+    # What the sandbox printed is hostile too: keys and absolute paths leave only as events show them.
     stdout, stderr = _text(result.stdout), _text(result.stderr)
     shown_out, cut_out = head_tail(stdout, int(result.stdout_total))
     shown_err, cut_err = head_tail(stderr, int(result.stderr_total))
+    root = ctx.workspace.root
+    shown_out, shown_err = _shown(shown_out, root), _shown(shown_err, root)
+    if planted:
+        shown_err += (f"\n[the runtime removed {', '.join(planted)}: git run later in this folder would read its "
+                      "config and hooks and run them on the host]")
     artifact = None
     if cut_out or cut_err:
         complete = int(result.stdout_total) <= len(result.stdout or b"") and int(result.stderr_total) <= len(result.stderr or b"")
-        artifact = _write_artifact(Path(ctx.artifact_dir), args.command, stdout, stderr, complete)
+        artifact = _write_artifact(Path(ctx.artifact_dir), args.command, _shown(stdout, root), _shown(stderr, root), complete)
     return {
         "command": args.command, "exit_code": result.exit_code, "timed_out": bool(result.timed_out),
         "cancelled": bool(result.cancelled), "duration_ms": round(float(result.duration_s) * 1000, 1),
-        "timeout_s": round(timeout, 1), "sandbox": result.sandbox, "test_run": is_test_command(ctx, args.command),
+        "timeout_s": round(timeout, 1), "sandbox": result.sandbox, "test_run": test_run, "git_removed": planted,
         "risk": {"level": approval["level"], "reason": approval["reason"]},
         "approval": {"decision": approval["decision"], "by": approval["by"]},
         "stdout": shown_out, "stderr": shown_err,

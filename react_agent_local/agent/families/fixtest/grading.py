@@ -5,8 +5,9 @@ hidden tests laid over them). This grader starts from the pack instead, so a bug
 as a disagreement in the eval report rather than a wrong success rate:
 
 1. the run must have completed;
-2. every protected file of the final workspace must equal the pack's template byte for byte (and
-   none may be added or removed) -> else ``tests_modified``;
+2. every protected file of the final workspace -- the tests, and conftest.py / pytest's configuration /
+   start-up files unless the task allows them to change -- must equal the pack's template byte for
+   byte (and none may be added or removed) -> else ``tests_modified``;
 3. a fresh copy of the *template* gets the final workspace's unprotected files laid over it -- so the
    tests that run are the pack's own whatever the run did to them -- then the pack's hidden tests, and
    the official command runs in a sandbox for that copy -> ``official_tests_fail`` unless it exits 0;
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ...contracts import RunResult
+from ...tools.shell import TEST_ENV
+from ...workspace import is_test_machinery
 
 _SKIP = ("__pycache__", ".pytest_cache", ".git")
 
@@ -44,8 +47,11 @@ def _files(root: Path) -> dict[str, str]:
     return out
 
 
-def _protected(rel: str, protected: list[str]) -> bool:
-    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in protected)
+def _protected(rel: str, protected: list[str], allow_test_config: bool = False) -> bool:
+    """The task's tests, and (unless the task is about them) what decides how the tests run: such a file
+    is taken from the template, never from the run, and any change to it is ``tests_modified``."""
+    return (any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in protected)
+            or (not allow_test_config and is_test_machinery(rel)))
 
 
 def grade_run(pack: Any, workspace_root: Path | None, result: RunResult) -> list[str] | None:
@@ -61,8 +67,9 @@ def grade_run(pack: Any, workspace_root: Path | None, result: RunResult) -> list
     template = Path(pack.root) / (spec.template or "workspace")
     final, original = _files(Path(workspace_root)), _files(template)
     failures = []
-    mine = {rel: h for rel, h in final.items() if _protected(rel, spec.protected)}
-    theirs = {rel: h for rel, h in original.items() if _protected(rel, spec.protected)}
+    allow = spec.allow_test_config
+    mine = {rel: h for rel, h in final.items() if _protected(rel, spec.protected, allow)}
+    theirs = {rel: h for rel, h in original.items() if _protected(rel, spec.protected, allow)}
     if mine != theirs:
         failures.append("tests_modified")
     if {r: h for r, h in final.items() if r not in mine} == {r: h for r, h in original.items() if r not in theirs}:
@@ -89,7 +96,7 @@ def grade_run(pack: Any, workspace_root: Path | None, result: RunResult) -> list
         except SandboxUnavailable:
             return failures + ["sandbox_unavailable"]
         run = sandbox.run(["bash", "-c", command], timeout_s=float(check.get("timeout_seconds") or 120),
-                          env={"PYTHONDONTWRITEBYTECODE": "1"})
+                          env=dict(TEST_ENV))
         if run.timed_out:
             failures.append("official_tests_timeout")
         elif run.exit_code != 0:
