@@ -61,20 +61,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .model_policy import ModelUnavailable  # noqa: F401  (documented failure type)
     from .runtime import run_agent
 
+    goal = _goal_of(args)
+    if goal is not None:
+        refusal = _goal_refusal(args)
+        if refusal:
+            print(f"error: {refusal}. Nothing was run.", file=sys.stderr)
+            return 2
+    elif args.protect:
+        print("error: --protect: only a goal's run finds what to protect; packs declare it. Nothing was run.",
+              file=sys.stderr)
+        return 2
     try:
-        pack = load_pack(args.pack)
-        if args.mcp:
-            from .tools.mcp import parse_server_option, with_servers
-            pack = with_servers(pack, [parse_server_option(option) for option in args.mcp])
-    except (PackError, ValueError) as exc:
+        pack = load_pack(args.pack) if goal is None else None  # a goal's task is built from the folder below
+    except PackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.skills:
-        from .skills import SkillError, with_folders
-        try:
-            pack = with_folders(pack, args.skills)
-        except SkillError as exc:
-            print(f"error: --skills: {exc}. Nothing was run.", file=sys.stderr)
+    if goal is None:
+        pack = _extended(pack, args)
+        if pack is None:
             return 2
     try:
         spec = model_spec(args)
@@ -96,6 +100,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def load():
         return load_spec(spec)
+
+    run_id = "cli-" + secrets.token_hex(6)
+    run_dir = Path(args.runs_dir) / run_id
+    artifact_dir = run_dir / "artifacts"
+    goal_task = None
+    if goal is not None:
+        from .coding.goal_task import GoalRefused, prepare_goal
+        from .workspace import WorkspaceUnavailable
+
+        try:
+            goal_task = prepare_goal(Path(args.workspace).expanduser(), goal, run_dir / "task",
+                                     protect=tuple(args.protect), allow_unsandboxed=bool(args.unsandboxed))
+        except (GoalRefused, WorkspaceUnavailable) as exc:
+            print(f"error: {exc.message}. Nothing was changed.", file=sys.stderr)
+            return 2
+        pack = _extended(goal_task.pack, args)
+        if pack is None:
+            return 2
+        if not args.json:
+            print(_discovery_lines(goal_task), flush=True)
 
     from .tools import WORKSPACE_TOOLS, pack_registry
     from .tools.skill import TOOL_NAME as SKILL_TOOL
@@ -121,8 +145,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .approvals import terminal_approver
 
     workspace = workspace_options(args, terminal_approver())
-    run_id = "cli-" + secrets.token_hex(6)
-    artifact_dir = Path(args.runs_dir) / run_id / "artifacts"
+    snapshot = None
+    if goal_task is not None:
+        from .coding.changes import Snapshot
+
+        snapshot = Snapshot.take(Path(args.workspace).expanduser().resolve())
 
     def sink(event: dict[str, Any]) -> None:
         if not args.json:
@@ -135,6 +162,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = outcome.result
     if not write_events(Path(args.runs_dir) / run_id, outcome.events):
         print("note: the trace could not be saved", file=sys.stderr)
+    changed = None
+    if snapshot is not None and goal_task is not None:
+        changed = _record_changes(snapshot, Path(args.workspace).expanduser().resolve(), run_dir, goal_task)
     if args.json:
         print(json.dumps({
             "status": result.status,
@@ -144,14 +174,109 @@ def cmd_run(args: argparse.Namespace) -> int:
             "observations": [o.model_dump() for o in result.observations],
             "error": result.error.model_dump() if result.error else None,
             "run_id": run_id,
+            **({"changes": changed, "discovery": goal_task.public()} if goal_task is not None else {}),
         }, ensure_ascii=False))
     else:
         if result.final:
             print(f"\nFINAL: {result.final.answer}\n  evidence: {', '.join(result.final.evidence_ids)}")
+        if changed is not None:
+            print(_change_report(changed, goal_task, run_id))
         print_metrics(result.metrics.model_dump() if result.metrics else None)
         print(f"artifacts: .runs/{run_id}/artifacts/" if artifact_dir.exists() else "")
         print(f"trace: .runs/{run_id}/events.jsonl (react-agent explain {run_id})")
     return 0 if result.status == "completed" else 1
+
+
+def _extended(pack: Any, args: argparse.Namespace) -> Any:
+    """The pack with the operator's ``--mcp`` servers and ``--skills`` folders; None (said) when refused."""
+    try:
+        if args.mcp:
+            from .tools.mcp import parse_server_option, with_servers
+            pack = with_servers(pack, [parse_server_option(option) for option in args.mcp])
+    except (PackError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    if args.skills:
+        from .skills import SkillError, with_folders
+        try:
+            pack = with_folders(pack, args.skills)
+        except SkillError as exc:
+            print(f"error: --skills: {exc}. Nothing was run.", file=sys.stderr)
+            return None
+    return pack
+
+
+def _goal_of(args: argparse.Namespace) -> str | None:
+    words = getattr(args, "goal_words", None) or []
+    flag = getattr(args, "goal", None)
+    if words and flag:
+        return "\0both"
+    text = flag if flag is not None else " ".join(words) if words else None
+    return None if text is None else text.strip()
+
+
+def _goal_refusal(args: argparse.Namespace) -> str | None:
+    """Why a goal's run cannot start (None: it can)."""
+    from .runner_workspace import check_folder
+
+    goal = _goal_of(args)
+    if goal == "\0both":
+        return "give the goal once: as an argument or with --goal"
+    if not goal:
+        return "the goal is empty: say what to change"
+    if args.pack is not None:
+        return "--pack: a goal's run builds its own task from the folder; give a goal or a pack, not both"
+    if args.workspace is None:
+        return "a goal needs the folder it is about: --workspace DIR"
+    return check_folder(args.workspace)
+
+
+def _discovery_lines(goal_task: Any) -> str:
+    found = goal_task.public()
+    lines = [f"tests: `{found['test_command']}` (found in {found['found_in']})",
+             "before any change: " + ("the tests pass (no test checks what the goal asks)" if found["tests_pass_before"]
+                                      else f"{len(found['failing'])} failing: {', '.join(found['failing'][:5])}")]
+    if found["frames"]:
+        lines.append("traceback: " + "; ".join(found["frames"][:5]))
+    lines.append("to read: " + (", ".join(found["reads"]) or "(nothing localised)"))
+    lines.append("protected: " + (", ".join(found["protected"]) or "(nothing)"))
+    return "\n".join(lines)
+
+
+def _record_changes(snapshot: Any, root: Path, run_dir: Path, goal_task: Any) -> dict[str, Any]:
+    from .coding import changes
+
+    found = snapshot.changes(root)
+    return {**changes.record(run_dir, found, root=root), "tests_pass_before": goal_task.tests_pass}
+
+
+def _change_report(changed: dict[str, Any], goal_task: Any, run_id: str) -> str:
+    files = changed["files"]
+    if not files:
+        return "changed files: none"
+    lines = ["changed files: " + ", ".join(f"{f['path']} ({f['kind']})" for f in files)]
+    if goal_task.tests_pass:
+        lines.append("note: the tests passed before any change: no test checks what the goal asked")
+    lines += ["", changed["diff"].rstrip("\n"), "", f"undo: react-agent revert {run_id}"]
+    return "\n".join(lines)
+
+
+def cmd_revert(args: argparse.Namespace) -> int:
+    """Put back the files a goal's run changed, unless one changed since."""
+    from .coding.changes import RevertRefused, recorded_root, revert
+
+    if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", args.run_id):
+        print("error: RUN_ID: letters, digits, _ and - only. Nothing was changed.", file=sys.stderr)
+        return 2
+    run_dir = Path(args.runs_dir) / args.run_id
+    try:
+        root = recorded_root(run_dir)
+        restored = revert(run_dir, root)
+    except RevertRefused as exc:
+        print(f"error: {exc.message}. Nothing was changed.", file=sys.stderr)
+        return 2
+    print("reverted: " + (", ".join(restored) or "(no files had changed)"))
+    return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -230,7 +355,16 @@ def main(argv: list[str] | None = None) -> int:
                      help="a folder of skills (<name>/SKILL.md) the model may load, besides the pack's; "
                           "a skill never adds a tool")
     add_workspace_arguments(run)
+    run.add_argument("goal_words", nargs="*", metavar="GOAL",
+                     help="a goal in words on the --workspace folder (e.g. \"the importer loses quotes; fix it\")")
+    run.add_argument("--goal", default=None, help="the goal, as a flag instead of the argument")
+    run.add_argument("--protect", action="append", default=[], metavar="PATH",
+                     help="a workspace-relative file or folder a goal's run must not change (besides the tests)")
     run.set_defaults(func=cmd_run)
+    revert = sub.add_parser("revert", help="put back the files a goal's run changed (refused if they changed since)")
+    revert.add_argument("run_id", metavar="RUN_ID")
+    revert.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
+    revert.set_defaults(func=cmd_revert)
     explain = sub.add_parser("explain", help="the local model explains a finished run (its words, not facts)")
     explain.add_argument("run_id", metavar="RUN_ID")
     explain.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
