@@ -96,6 +96,8 @@ def enclosing_function(root: Path, path: str, line: int) -> str | None:
 def parse_output(output: str, root: Path) -> Localisation:
     """Test ids, frames and error lines of a run's output; frames only where the file is the workspace's."""
     found = Localisation()
+    # the workspace's own folder never leaves in an error line (the report and the runner show them)
+    output = output.replace(str(root).rstrip("/") + "/", "").replace(str(root), ".")
     for raw in output.replace("\r\n", "\n").splitlines():
         line = raw.rstrip()
         if m := _PYTEST_FAILED.match(line.strip()):
