@@ -104,52 +104,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = "cli-" + secrets.token_hex(6)
     run_dir = Path(args.runs_dir) / run_id
     artifact_dir = run_dir / "artifacts"
-    goal_task = None
-    if goal is not None:
-        from .coding.goal_task import GoalRefused, prepare_goal
-        from .workspace import WorkspaceUnavailable
-
-        try:
-            goal_task = prepare_goal(Path(args.workspace).expanduser(), goal, run_dir / "task",
-                                     protect=tuple(args.protect), allow_unsandboxed=bool(args.unsandboxed))
-        except (GoalRefused, WorkspaceUnavailable) as exc:
-            print(f"error: {exc.message}. Nothing was changed.", file=sys.stderr)
-            return 2
-        pack = _extended(goal_task.pack, args)
-        if pack is None:
-            return 2
-        if not args.json:
-            print(_discovery_lines(goal_task), flush=True)
-
-    from .tools import WORKSPACE_TOOLS, pack_registry
-    from .tools.skill import TOOL_NAME as SKILL_TOOL
-
-    allowed = None
-    if args.tools is not None:
-        allowed = [t.strip() for t in args.tools.split(",") if t.strip()]
-        extra = [t for t in allowed if t not in pack.task.tool_names and not (t == SKILL_TOOL and pack.skills)]
-        missing = [t for t in pack.task.required_tools if t not in allowed]
-        if extra or missing:
-            print(f"error: --tools: {'not tools of the pack: ' + ', '.join(extra) if extra else ''}"
-                  f"{'; ' if extra and missing else ''}{'the pack needs: ' + ', '.join(missing) if missing else ''}."
-                  " Nothing was run.", file=sys.stderr)
-            return 2
-        if args.skills and SKILL_TOOL not in allowed:
-            print(f"error: --tools leaves out {SKILL_TOOL}, so the skills of --skills could never be loaded."
-                  " Nothing was run.", file=sys.stderr)
-            return 2
-
-    if args.workspace is not None and not WORKSPACE_TOOLS & set(pack.task.tool_names):
-        print(f"error: --workspace: pack '{pack.name}' uses no workspace tools. Nothing was run.", file=sys.stderr)
-        return 2
     from .approvals import terminal_approver
+    from .tools import WORKSPACE_TOOLS, pack_registry
 
     workspace = workspace_options(args, terminal_approver())
-    snapshot = None
-    if goal_task is not None:
-        from .coding.changes import Snapshot
-
-        snapshot = Snapshot.take(Path(args.workspace).expanduser().resolve())
 
     def sink(event: dict[str, Any]) -> None:
         if not args.json:
@@ -157,14 +115,51 @@ def cmd_run(args: argparse.Namespace) -> int:
             if line:
                 print(line, flush=True)
 
-    outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
-                        allowed_tools=allowed, workspace=workspace, tools=pack_registry(pack))
+    def run_pack(chosen_pack: Any, allowed: list[str] | None) -> Any:
+        return run_agent(chosen_pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode,
+                         sampling=sampling, allowed_tools=allowed, workspace=workspace, tools=pack_registry(chosen_pack))
+
+    goal_task = changed = None
+    if goal is not None:
+        from .coding.goal_run import run_goal
+        from .coding.goal_task import GoalRefused
+        from .workspace import WorkspaceUnavailable
+
+        chosen: dict[str, Any] = {}
+
+        def ready(task: Any) -> bool:
+            if not args.json:
+                print(_discovery_lines(task), flush=True)
+            found = _extended(task.pack, args)
+            problem = None if found is None else _tools_refusal(found, args)
+            if found is None or problem:
+                if problem:
+                    print(problem, file=sys.stderr)
+                return False
+            chosen["pack"], chosen["allowed"] = found, _allowed(args)
+            return True
+
+        try:
+            done = run_goal(Path(args.workspace), goal, run_dir, lambda _: run_pack(chosen["pack"], chosen["allowed"]),
+                            protect=tuple(args.protect), allow_unsandboxed=bool(args.unsandboxed), ready=ready)
+        except (GoalRefused, WorkspaceUnavailable) as exc:
+            print(f"error: {exc.message}. Nothing was changed.", file=sys.stderr)
+            return 2
+        if done is None:
+            return 2
+        goal_task, outcome, changed = done.task, done.outcome, done.changes
+    else:
+        problem = _tools_refusal(pack, args)
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
+        if args.workspace is not None and not WORKSPACE_TOOLS & set(pack.task.tool_names):
+            print(f"error: --workspace: pack '{pack.name}' uses no workspace tools. Nothing was run.", file=sys.stderr)
+            return 2
+        outcome = run_pack(pack, _allowed(args))
     result = outcome.result
-    if not write_events(Path(args.runs_dir) / run_id, outcome.events):
+    if not write_events(run_dir, outcome.events):
         print("note: the trace could not be saved", file=sys.stderr)
-    changed = None
-    if snapshot is not None and goal_task is not None:
-        changed = _record_changes(snapshot, Path(args.workspace).expanduser().resolve(), run_dir, goal_task)
     if args.json:
         print(json.dumps({
             "status": result.status,
@@ -185,6 +180,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"artifacts: .runs/{run_id}/artifacts/" if artifact_dir.exists() else "")
         print(f"trace: .runs/{run_id}/events.jsonl (react-agent explain {run_id})")
     return 0 if result.status == "completed" else 1
+
+
+def _allowed(args: argparse.Namespace) -> list[str] | None:
+    return None if args.tools is None else [t.strip() for t in args.tools.split(",") if t.strip()]
+
+
+def _tools_refusal(pack: Any, args: argparse.Namespace) -> str | None:
+    """Why ``--tools`` cannot narrow the pack's tools (it never widens them); None when it can."""
+    from .tools.skill import TOOL_NAME as SKILL_TOOL
+
+    allowed = _allowed(args)
+    if allowed is None:
+        return None
+    extra = [t for t in allowed if t not in pack.task.tool_names and not (t == SKILL_TOOL and pack.skills)]
+    missing = [t for t in pack.task.required_tools if t not in allowed]
+    if extra or missing:
+        return (f"error: --tools: {'not tools of the pack: ' + ', '.join(extra) if extra else ''}"
+                f"{'; ' if extra and missing else ''}{'the pack needs: ' + ', '.join(missing) if missing else ''}."
+                " Nothing was run.")
+    if args.skills and SKILL_TOOL not in allowed:
+        return f"error: --tools leaves out {SKILL_TOOL}, so the skills of --skills could never be loaded. Nothing was run."
+    return None
 
 
 def _extended(pack: Any, args: argparse.Namespace) -> Any:
@@ -241,13 +258,6 @@ def _discovery_lines(goal_task: Any) -> str:
     lines.append("to read: " + (", ".join(found["reads"]) or "(nothing localised)"))
     lines.append("protected: " + (", ".join(found["protected"]) or "(nothing)"))
     return "\n".join(lines)
-
-
-def _record_changes(snapshot: Any, root: Path, run_dir: Path, goal_task: Any) -> dict[str, Any]:
-    from .coding import changes
-
-    found = snapshot.changes(root)
-    return {**changes.record(run_dir, found, root=root), "tests_pass_before": goal_task.tests_pass}
 
 
 def _change_report(changed: dict[str, Any], goal_task: Any, run_id: str) -> str:

@@ -73,7 +73,7 @@ def is_test_file(path: str) -> bool:
             or any(p in TEST_FOLDERS for p in parts))
 
 
-def test_files(root: Path) -> list[str]:
+def find_test_files(root: Path) -> list[str]:
     return [p for p in python_files(root) if is_test_file(p) and p.rsplit("/", 1)[-1] != "__init__.py"]
 
 
@@ -132,7 +132,7 @@ def pytest_available() -> bool:
     return importlib.util.find_spec("pytest") is not None
 
 
-def test_command(root: Path, goal: str) -> TestCommand | None:
+def find_test_command(root: Path, goal: str) -> TestCommand | None:
     """The project's test command (see the module docstring); None when nothing says how to test it."""
     named = named_command(goal)
     if named:
@@ -140,7 +140,7 @@ def test_command(root: Path, goal: str) -> TestCommand | None:
     config = _pytest_configured(root)
     if config:
         return TestCommand("python -m pytest", config)
-    tests = [t for t in test_files(root) if not t.endswith("conftest.py")]
+    tests = [t for t in find_test_files(root) if not t.endswith("conftest.py")]
     if not tests:
         return None
     if pytest_available() or _uses_pytest(root, tests):
@@ -154,7 +154,7 @@ def test_command(root: Path, goal: str) -> TestCommand | None:
 
 def asks_for_tests(goal: str) -> bool:
     """The goal asks for tests to be written or changed ("add a test for ...", "the tests are outdated")."""
-    return any(m and not _NOT_TESTS.search(m.group(0)) for m in _ASKS_FOR_TESTS.finditer(goal))
+    return any(not _NOT_TESTS.search(goal[max(0, m.start() - 30):m.end()]) for m in _ASKS_FOR_TESTS.finditer(goal))
 
 
 def protected_paths(root: Path, goal: str, operator: tuple[str, ...] = ()) -> list[str]:
@@ -163,7 +163,7 @@ def protected_paths(root: Path, goal: str, operator: tuple[str, ...] = ()) -> li
     protected: list[str] = []
     if not asks_for_tests(goal):
         protected += [f for f in TEST_FOLDERS if (root / f).is_dir() and not (root / f).is_symlink()]
-        protected += [t for t in test_files(root) if not any(t.startswith(f + "/") for f in protected)]
+        protected += [t for t in find_test_files(root) if not any(t.startswith(f + "/") for f in protected)]
         protected += [c for c in (*CONFIG_FILES, "pyproject.toml", "setup.cfg")
                       if (root / c).is_file() and (c in CONFIG_FILES or _pytest_configured(root) == c)]
     protected += list(operator)

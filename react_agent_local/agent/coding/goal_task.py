@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..contracts import TaskSpec
 from ..packs import TaskPack
-from .discovery import TestCommand, protected_paths, test_command
+from .discovery import TestCommand, find_test_command, protected_paths
 from .localise import Localisation, localise
 
 #: the tools of a goal run: read, change a function, run the tests; search for free mode
@@ -111,12 +111,13 @@ def goal_task_spec(goal: str, command: TestCommand, found: Localisation, *, pass
                    root: Path) -> TaskSpec:
     """The ``TaskSpec`` of a goal: the general plan over what was found (see the module docstring)."""
     reads = found.test_files[:1] + found.sources
-    if not reads:  # nothing localised: the goal's own file names, else the workspace's source files
+    if not reads:  # nothing localised by a failure: the goal's words, else the workspace's source files
         from .discovery import is_test_file, python_files
+        from .localise import defines_word
 
-        named = [p for p in python_files(root) if p in goal or p.rsplit("/", 1)[-1] in goal]
-        reads = (named or [p for p in python_files(root) if not is_test_file(p)
-                           and not p.endswith("__init__.py")])[:3]
+        source = [p for p in python_files(root) if not is_test_file(p)]
+        named = [p for p in source if p in goal or p.rsplit("/", 1)[-1] in goal or defines_word(root, p, goal)]
+        reads = (named or [p for p in source if not p.endswith("__init__.py")])[:3]
     findings = _findings(command, found, passing, protected, reads)
     room = MAX_GOAL_CHARS - len(findings) - 2
     text = (goal.strip()[:max(0, room)] + "\n\n" + findings)[:MAX_GOAL_CHARS]
@@ -137,7 +138,7 @@ def prepare_goal(root: Path, goal: str, task_dir: Path, *, protect: tuple[str, .
     if not goal:
         raise GoalRefused("goal_empty", "the goal is empty: say what to change")
     root = Path(root).resolve()
-    command = test_command(root, goal)
+    command = find_test_command(root, goal)
     if command is None:
         raise GoalRefused("no_test_command", "no test command found: the folder has no pytest/unittest configuration "
                                              "or test files, and the goal names no command (write it in backticks, "

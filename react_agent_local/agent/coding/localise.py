@@ -183,6 +183,12 @@ def _defines(root: Path, path: str, names: set[str]) -> bool:
     return bool(defined & names) or not names
 
 
+def defines_word(root: Path, path: str, text: str) -> bool:
+    """``path`` defines a top-level function or class whose name is a word of ``text`` (a goal)."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]{2,}", text))
+    return _defines(root, path, words) if words else False
+
+
 def localise(output: str, root: Path, *, limit: int = MAX_SOURCES) -> Localisation:
     """``parse_output`` with the source files a fix belongs in (see the module docstring)."""
     found = parse_output(output, root)
