@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         def ready(task: Any) -> bool:
             if not args.json:
-                print(_discovery_lines(task), flush=True)
+                print(task.lines(), flush=True)
             found = _extended(task.pack, args)
             problem = None if found is None else _tools_refusal(found, args)
             if found is None or problem:
@@ -246,18 +246,6 @@ def _goal_refusal(args: argparse.Namespace) -> str | None:
     if args.workspace is None:
         return "a goal needs the folder it is about: --workspace DIR"
     return check_folder(args.workspace)
-
-
-def _discovery_lines(goal_task: Any) -> str:
-    found = goal_task.public()
-    lines = [f"tests: `{found['test_command']}` (found in {found['found_in']})",
-             "before any change: " + ("the tests pass (no test checks what the goal asks)" if found["tests_pass_before"]
-                                      else f"{len(found['failing'])} failing: {', '.join(found['failing'][:5])}")]
-    if found["frames"]:
-        lines.append("traceback: " + "; ".join(found["frames"][:5]))
-    lines.append("to read: " + (", ".join(found["reads"]) or "(nothing localised)"))
-    lines.append("protected: " + (", ".join(found["protected"]) or "(nothing)"))
-    return "\n".join(lines)
 
 
 def _change_report(changed: dict[str, Any], goal_task: Any, run_id: str) -> str:

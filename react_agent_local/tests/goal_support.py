@@ -28,6 +28,8 @@ class Repo:
     #: the buggy line and its fix, as the source has them (stripped)
     wrong: str
     right: str
+    #: the module's other function (sorts its items), which its tests do not cover
+    helper: str
 
 
 def make_repo(parent: Path, seed: int, *, layout: str = "tests", config: str | None = None) -> Repo:
@@ -35,6 +37,7 @@ def make_repo(parent: Path, seed: int, *, layout: str = "tests", config: str | N
     pkg.m) or ``flat`` (an Exercism-like folder: m.py beside m_test.py); ``config`` a pytest config file."""
     rng = random.Random(seed)
     package, module, function, helper = _name(rng), _name(rng), _name(rng), _name(rng)
+    helper = "sort_" + helper
     factor = rng.randint(3, 9)
     wrong, right = "return value + offset", f"return value * {factor} + offset"
     root = parent / _name(rng, 10)
@@ -61,7 +64,7 @@ def make_repo(parent: Path, seed: int, *, layout: str = "tests", config: str | N
         (root / "setup.cfg").write_text("[metadata]\nname = x\n\n[tool:pytest]\naddopts = -q\n")
     elif config == "tox.ini":
         (root / "tox.ini").write_text("[tox]\nenvlist = py\n\n[pytest]\naddopts = -q\n")
-    return Repo(root, package, module, function, source, test, wrong, right)
+    return Repo(root, package, module, function, source, test, wrong, right, helper)
 
 
 class GoalModel:
@@ -69,8 +72,10 @@ class GoalModel:
     writes the function it is shown with ``wrong`` replaced by ``right``, and finishes. It records every
     path a step offered, so a test can check what the runtime asked for."""
 
-    def __init__(self, wrong: str, right: str, answer: str = "I fixed the function and the tests pass."):
-        self.wrong, self.right, self.answer = wrong, right, answer
+    def __init__(self, wrong: str, right: str, answer: str = "I fixed the function and the tests pass.",
+                 more: tuple[tuple[str, str], ...] = ()):
+        self.fixes = ((wrong, right), *more)
+        self.answer = answer
         self.asked: list[tuple[str, object]] = []  # (tool, the path schema the step offered)
 
     def __call__(self, request: ModelRequest) -> str:
@@ -87,5 +92,7 @@ class GoalModel:
             path = properties["path"].get("const") or properties["path"]["enum"][0]
             name = properties["name"].get("const") or properties["name"]["enum"][0]
             source = json.loads('"' + request.drafts[0] + '"')
-            return json.dumps({"path": path, "name": name, "source": source.replace(self.wrong, self.right)})
+            for wrong, right in self.fixes:
+                source = source.replace(wrong, right)
+            return json.dumps({"path": path, "name": name, "source": source})
         raise AssertionError(f"a goal run asked for {tool.group(1)}")

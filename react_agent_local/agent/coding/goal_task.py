@@ -24,6 +24,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..contracts import TaskSpec
 from ..packs import TaskPack
@@ -67,10 +68,24 @@ class GoalTask:
     tests_pass: bool
     reproduced_output: str
 
-    def public(self) -> dict[str, object]:
+    def public(self) -> dict[str, Any]:
         return {"test_command": self.command.command, "found_in": self.command.source, "protected": self.protected,
                 "tests_pass_before": self.tests_pass, "reads": list(self.pack.task.subgoals.get("read_file", [])),
                 **self.localisation.public()}
+
+
+    def lines(self) -> str:
+        """What was found, for a terminal: the command, what fails and where, what is read and protected."""
+        found = self.public()
+        failing = found["failing"]
+        lines = [f"tests: `{found['test_command']}` (found in {found['found_in']})",
+                 "before any change: " + ("the tests pass (no test checks what the goal asks)" if self.tests_pass
+                                          else f"{len(failing)} failing: {', '.join(failing[:5])}")]
+        if found["frames"]:
+            lines.append("traceback: " + "; ".join(found["frames"][:5]))
+        lines.append("to read: " + (", ".join(found["reads"]) or "(nothing localised)"))
+        lines.append("protected: " + (", ".join(found["protected"]) or "(nothing)"))
+        return "\n".join(lines)
 
 
 def reproduce(root: Path, command: str, *, allow_unsandboxed: bool = False,
