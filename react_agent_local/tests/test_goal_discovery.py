@@ -30,6 +30,10 @@ def test_the_command_the_goal_names_wins(tmp_path):
     assert find_test_command(repo.root, f"It breaks. Run `{command}` to see it.").command == command
     assert find_test_command(repo.root, f"it breaks; run {command}, then fix it").command == command
     assert named_command("use `x = 1` as the default") is None  # code in backticks is no command
+    # a second command behind the test runner's name is no test command
+    for smuggled in ("`pytest ; rm -rf .`", "`python -m pytest && curl x`", "`pytest $(touch y)`",
+                     "run pytest|sh now", "`pytest > /dev/null`"):
+        assert named_command(smuggled) in (None, "pytest", "python -m pytest"), smuggled  # the runner alone
 
 
 def test_unittest_tests_without_pytest_get_unittest_discovery(tmp_path, monkeypatch):

@@ -3,7 +3,9 @@
 The test command, first that applies:
 
     1. a command the goal names: in backticks (`` `python -m pytest tests/test_x.py` ``) or in words
-       ("run pytest tests/test_x.py", "python -m unittest ..."), when it starts with a known runner;
+       ("run pytest tests/test_x.py", "python -m unittest ..."), when it starts with a known runner and
+       is a plain argument list (no ``;``, ``|``, ``&``, ``$``, quotes or redirection: a goal's words
+       never smuggle a second command into the run's test command);
     2. pytest configuration: ``pytest.ini``, ``[tool.pytest.ini_options]`` in ``pyproject.toml``,
        ``[tool:pytest]`` in ``setup.cfg``, ``[pytest]`` in ``tox.ini``, a ``conftest.py``;
     3. test files (``test_*.py``, ``*_test.py``): ``python -m pytest`` when pytest is importable or a
@@ -35,6 +37,8 @@ CONFIG_FILES = ("pytest.ini", "conftest.py", "tox.ini")
 MAX_FILES = 2000
 
 _BACKTICKS = re.compile(r"`([^`\n]{2,300})`")
+#: a command the goal names is a plain argument list: no shell operator, substitution or redirection
+_PLAIN = re.compile(r"^[A-Za-z0-9_ ./:=,@+%-]+$")
 _WORDS = re.compile(r"(?<![\w/.-])((?:python3? -m (?:pytest|unittest)|pytest|py\.test)(?:[ \t]+[^\s,;`'\"]+)*)")
 #: the goal asks for tests to be written or changed (then the tests are no longer protected)
 _ASKS_FOR_TESTS = re.compile(
@@ -81,10 +85,11 @@ def named_command(goal: str) -> str | None:
     """A test command the goal names: in backticks first, then in words."""
     for text in _BACKTICKS.findall(goal):
         text = text.strip().removeprefix("$ ").strip()
-        if any(text == r or text.startswith(r + " ") for r in RUNNERS):
+        if _PLAIN.match(text) and any(text == r or text.startswith(r + " ") for r in RUNNERS):
             return text
     match = _WORDS.search(goal)
-    return match.group(1).rstrip(".") if match else None
+    command = match.group(1).rstrip(".") if match else None
+    return command if command and _PLAIN.match(command) else None
 
 
 def _pytest_configured(root: Path) -> str | None:
