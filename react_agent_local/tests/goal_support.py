@@ -96,3 +96,15 @@ class GoalModel:
                 source = source.replace(wrong, right)
             return json.dumps({"path": path, "name": name, "source": source})
         raise AssertionError(f"a goal run asked for {tool.group(1)}")
+
+
+def static_script(repo: Repo) -> list[str]:
+    """A guided goal run's model outputs written out (a runner process takes strings only): read the
+    failing test and the source, run the tests, the function with its fix, run them again, the Final."""
+    from agent.tools import workspace_ops as ops
+
+    fixed = ops.function_source((repo.root / repo.source).read_text(), repo.function).replace(repo.wrong, repo.right)
+    run = json.dumps({"command": "python -m pytest"})
+    return [json.dumps({"path": repo.test}), json.dumps({"path": repo.source}), run,
+            json.dumps({"path": repo.source, "name": repo.function, "source": fixed}), run,
+            json.dumps("I fixed it and the tests pass.")]

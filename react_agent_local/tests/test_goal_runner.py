@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 
 from agent.backends.scripted import ScriptedPolicy
-from agent.tools import workspace_ops as ops
-from goal_support import GoalModel, make_repo
+from goal_support import GoalModel, make_repo, static_script
 from server_support import RunnerProcess, make_client, wait_terminal
 
 MODEL = {"model_path": "scripted"}
@@ -94,22 +93,12 @@ def test_a_folder_with_no_test_command_fails_the_job_with_its_reason(tmp_path):
         assert view["status"] == "failed" and view["error"]["code"] == "no_test_command"
 
 
-def _static_script(repo) -> list[str]:
-    """The guided goal run's model outputs, written out (a runner process takes strings only)."""
-    text = (repo.root / repo.source).read_text()
-    fixed = ops.function_source(text, repo.function).replace(repo.wrong, repo.right)
-    run = json.dumps({"command": "python -m pytest"})
-    return [json.dumps({"path": repo.test}), json.dumps({"path": repo.source}), run,
-            json.dumps({"path": repo.source, "name": repo.function, "source": fixed}), run,
-            json.dumps("I fixed it and the tests pass.")]
-
-
 def test_over_a_socket_a_goal_run_and_its_revert(tmp_path):
     repo = make_repo(tmp_path, 14)
     before = (repo.root / repo.source).read_text()
     runs = tmp_path / "runs"
     runs.mkdir()
-    with RunnerProcess(runs, _static_script(repo), extra_args=["--workspace", str(repo.root)]) as runner, \
+    with RunnerProcess(runs, static_script(repo), extra_args=["--workspace", str(repo.root)]) as runner, \
             runner.client() as client:
         run_id = client.post("/agent/runs", json={**MODEL, "goal": "the function is wrong; fix it"}).json()["id"]
         view = wait_terminal(client, run_id, timeout=120)
