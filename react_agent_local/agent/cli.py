@@ -7,6 +7,11 @@ a readable step-by-step trace and the metrics, or with ``--json`` one JSON objec
 ``stop_reason``, ``final``, ``metrics`` and ``observations``. Which model the flags name is
 ``model_choice.py``'s; the workspace flags are ``workspace_flags.py``'s (``eval`` shares both); the
 trace lines are ``event_lines.py``'s (``chat`` prints them too).
+
+``run --workspace DIR "goal"`` (or ``--goal``) takes a goal in words instead of a pack: the task is
+found in the folder (``coding/``: the test command, the failing tests, the code they point at, what
+must not change; ``--protect`` adds more), the run's report lists the changed files and prints the
+unified diff, and ``revert RUN_ID`` puts those files back unless one changed since.
 """
 
 from __future__ import annotations
