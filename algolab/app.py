@@ -45,6 +45,7 @@ DEFAULT_PORT = 8017
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {
     "react-agent.js": "text/javascript; charset=utf-8",
+    "react-agent-workspace.js": "text/javascript; charset=utf-8",
     "react-agent.css": "text/css; charset=utf-8",
 }
 

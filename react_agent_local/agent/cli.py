@@ -7,6 +7,11 @@ a readable step-by-step trace and the metrics, or with ``--json`` one JSON objec
 ``stop_reason``, ``final``, ``metrics`` and ``observations``. Which model the flags name is
 ``model_choice.py``'s; the workspace flags are ``workspace_flags.py``'s (``eval`` shares both); the
 trace lines are ``event_lines.py``'s (``chat`` prints them too).
+
+``run --workspace DIR "goal"`` (or ``--goal``) takes a goal in words instead of a pack: the task is
+found in the folder (``coding/``: the test command, the failing tests, the code they point at, what
+must not change; ``--protect`` adds more), the run's report lists the changed files and prints the
+unified diff, and ``revert RUN_ID`` puts those files back unless one changed since.
 """
 
 from __future__ import annotations
@@ -61,20 +66,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .model_policy import ModelUnavailable  # noqa: F401  (documented failure type)
     from .runtime import run_agent
 
+    goal = _goal_of(args)
+    if goal is not None:
+        refusal = _goal_refusal(args)
+        if refusal:
+            print(f"error: {refusal}. Nothing was run.", file=sys.stderr)
+            return 2
+    elif args.protect:
+        print("error: --protect: only a goal's run finds what to protect; packs declare it. Nothing was run.",
+              file=sys.stderr)
+        return 2
     try:
-        pack = load_pack(args.pack)
-        if args.mcp:
-            from .tools.mcp import parse_server_option, with_servers
-            pack = with_servers(pack, [parse_server_option(option) for option in args.mcp])
-    except (PackError, ValueError) as exc:
+        pack = load_pack(args.pack) if goal is None else None  # a goal's task is built from the folder below
+    except PackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.skills:
-        from .skills import SkillError, with_folders
-        try:
-            pack = with_folders(pack, args.skills)
-        except SkillError as exc:
-            print(f"error: --skills: {exc}. Nothing was run.", file=sys.stderr)
+    if goal is None:
+        pack = _extended(pack, args)
+        if pack is None:
             return 2
     try:
         spec = model_spec(args)
@@ -97,32 +106,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     def load():
         return load_spec(spec)
 
-    from .tools import WORKSPACE_TOOLS, pack_registry
-    from .tools.skill import TOOL_NAME as SKILL_TOOL
-
-    allowed = None
-    if args.tools is not None:
-        allowed = [t.strip() for t in args.tools.split(",") if t.strip()]
-        extra = [t for t in allowed if t not in pack.task.tool_names and not (t == SKILL_TOOL and pack.skills)]
-        missing = [t for t in pack.task.required_tools if t not in allowed]
-        if extra or missing:
-            print(f"error: --tools: {'not tools of the pack: ' + ', '.join(extra) if extra else ''}"
-                  f"{'; ' if extra and missing else ''}{'the pack needs: ' + ', '.join(missing) if missing else ''}."
-                  " Nothing was run.", file=sys.stderr)
-            return 2
-        if args.skills and SKILL_TOOL not in allowed:
-            print(f"error: --tools leaves out {SKILL_TOOL}, so the skills of --skills could never be loaded."
-                  " Nothing was run.", file=sys.stderr)
-            return 2
-
-    if args.workspace is not None and not WORKSPACE_TOOLS & set(pack.task.tool_names):
-        print(f"error: --workspace: pack '{pack.name}' uses no workspace tools. Nothing was run.", file=sys.stderr)
-        return 2
+    run_id = "cli-" + secrets.token_hex(6)
+    run_dir = Path(args.runs_dir) / run_id
+    artifact_dir = run_dir / "artifacts"
     from .approvals import terminal_approver
+    from .tools import WORKSPACE_TOOLS, pack_registry
 
     workspace = workspace_options(args, terminal_approver())
-    run_id = "cli-" + secrets.token_hex(6)
-    artifact_dir = Path(args.runs_dir) / run_id / "artifacts"
 
     def sink(event: dict[str, Any]) -> None:
         if not args.json:
@@ -130,10 +120,50 @@ def cmd_run(args: argparse.Namespace) -> int:
             if line:
                 print(line, flush=True)
 
-    outcome = run_agent(pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode, sampling=sampling,
-                        allowed_tools=allowed, workspace=workspace, tools=pack_registry(pack))
+    def run_pack(chosen_pack: Any, allowed: list[str] | None) -> Any:
+        return run_agent(chosen_pack, load, budgets, artifact_dir=artifact_dir, sink=sink, mode=args.mode,
+                         sampling=sampling, allowed_tools=allowed, workspace=workspace, tools=pack_registry(chosen_pack))
+
+    goal_task = changed = None
+    if goal is not None:
+        from .coding.goal_run import run_goal
+        from .coding.goal_task import GoalRefused
+        from .workspace import WorkspaceUnavailable
+
+        chosen: dict[str, Any] = {}
+
+        def ready(task: Any) -> bool:
+            if not args.json:
+                print(task.lines(), flush=True)
+            found = _extended(task.pack, args)
+            problem = None if found is None else _tools_refusal(found, args)
+            if found is None or problem:
+                if problem:
+                    print(problem, file=sys.stderr)
+                return False
+            chosen["pack"], chosen["allowed"] = found, _allowed(args)
+            return True
+
+        try:
+            done = run_goal(Path(args.workspace), goal, run_dir, lambda _: run_pack(chosen["pack"], chosen["allowed"]),
+                            protect=tuple(args.protect), allow_unsandboxed=bool(args.unsandboxed), ready=ready)
+        except (GoalRefused, WorkspaceUnavailable) as exc:
+            print(f"error: {exc.message}. Nothing was changed.", file=sys.stderr)
+            return 2
+        if done is None:
+            return 2
+        goal_task, outcome, changed = done.task, done.outcome, done.changes
+    else:
+        problem = _tools_refusal(pack, args)
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
+        if args.workspace is not None and not WORKSPACE_TOOLS & set(pack.task.tool_names):
+            print(f"error: --workspace: pack '{pack.name}' uses no workspace tools. Nothing was run.", file=sys.stderr)
+            return 2
+        outcome = run_pack(pack, _allowed(args))
     result = outcome.result
-    if not write_events(Path(args.runs_dir) / run_id, outcome.events):
+    if not write_events(run_dir, outcome.events):
         print("note: the trace could not be saved", file=sys.stderr)
     if args.json:
         print(json.dumps({
@@ -145,6 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "observations": [o.model_dump() for o in result.observations],
             "error": result.error.model_dump() if result.error else None,
             "run_id": run_id,
+            **({"changes": changed, "discovery": goal_task.public()} if goal_task is not None else {}),
         }, ensure_ascii=False))
     else:
         if result.final:
@@ -152,10 +183,107 @@ def cmd_run(args: argparse.Namespace) -> int:
         elif result.unverified:  # never an accepted answer: shown with the claims that failed
             print(f"\nUNVERIFIED (not accepted): {result.unverified.answer}\n  failed: "
                   + "; ".join(result.unverified.unverified))
+        if changed is not None:
+            print(_change_report(changed, goal_task, run_id))
         print_metrics(result.metrics.model_dump() if result.metrics else None)
         print(f"artifacts: .runs/{run_id}/artifacts/" if artifact_dir.exists() else "")
         print(f"trace: .runs/{run_id}/events.jsonl (react-agent explain {run_id})")
     return 0 if result.status == "completed" else 1
+
+
+def _allowed(args: argparse.Namespace) -> list[str] | None:
+    return None if args.tools is None else [t.strip() for t in args.tools.split(",") if t.strip()]
+
+
+def _tools_refusal(pack: Any, args: argparse.Namespace) -> str | None:
+    """Why ``--tools`` cannot narrow the pack's tools (it never widens them); None when it can."""
+    from .tools.skill import TOOL_NAME as SKILL_TOOL
+
+    allowed = _allowed(args)
+    if allowed is None:
+        return None
+    extra = [t for t in allowed if t not in pack.task.tool_names and not (t == SKILL_TOOL and pack.skills)]
+    missing = [t for t in pack.task.required_tools if t not in allowed]
+    if extra or missing:
+        return (f"error: --tools: {'not tools of the pack: ' + ', '.join(extra) if extra else ''}"
+                f"{'; ' if extra and missing else ''}{'the pack needs: ' + ', '.join(missing) if missing else ''}."
+                " Nothing was run.")
+    if args.skills and SKILL_TOOL not in allowed:
+        return f"error: --tools leaves out {SKILL_TOOL}, so the skills of --skills could never be loaded. Nothing was run."
+    return None
+
+
+def _extended(pack: Any, args: argparse.Namespace) -> Any:
+    """The pack with the operator's ``--mcp`` servers and ``--skills`` folders; None (said) when refused."""
+    try:
+        if args.mcp:
+            from .tools.mcp import parse_server_option, with_servers
+            pack = with_servers(pack, [parse_server_option(option) for option in args.mcp])
+    except (PackError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    if args.skills:
+        from .skills import SkillError, with_folders
+        try:
+            pack = with_folders(pack, args.skills)
+        except SkillError as exc:
+            print(f"error: --skills: {exc}. Nothing was run.", file=sys.stderr)
+            return None
+    return pack
+
+
+def _goal_of(args: argparse.Namespace) -> str | None:
+    words = getattr(args, "goal_words", None) or []
+    flag = getattr(args, "goal", None)
+    if words and flag:
+        return "\0both"
+    text = flag if flag is not None else " ".join(words) if words else None
+    return None if text is None else text.strip()
+
+
+def _goal_refusal(args: argparse.Namespace) -> str | None:
+    """Why a goal's run cannot start (None: it can)."""
+    from .runner_workspace import check_folder
+
+    goal = _goal_of(args)
+    if goal == "\0both":
+        return "give the goal once: as an argument or with --goal"
+    if not goal:
+        return "the goal is empty: say what to change"
+    if args.pack is not None:
+        return "--pack: a goal's run builds its own task from the folder; give a goal or a pack, not both"
+    if args.workspace is None:
+        return "a goal needs the folder it is about: --workspace DIR"
+    return check_folder(args.workspace)
+
+
+def _change_report(changed: dict[str, Any], goal_task: Any, run_id: str) -> str:
+    files = changed["files"]
+    if not files:
+        return "changed files: none"
+    lines = ["changed files: " + ", ".join(f"{f['path']} ({f['kind']})" for f in files)]
+    if goal_task.tests_pass:
+        lines.append("note: the tests passed before any change: no test checks what the goal asked")
+    lines += ["", changed["diff"].rstrip("\n"), "", f"undo: react-agent revert {run_id}"]
+    return "\n".join(lines)
+
+
+def cmd_revert(args: argparse.Namespace) -> int:
+    """Put back the files a goal's run changed, unless one changed since."""
+    from .coding.changes import RevertRefused, recorded_root, revert
+
+    if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", args.run_id):
+        print("error: RUN_ID: letters, digits, _ and - only. Nothing was changed.", file=sys.stderr)
+        return 2
+    run_dir = Path(args.runs_dir) / args.run_id
+    try:
+        root = recorded_root(run_dir)
+        restored = revert(run_dir, root)
+    except RevertRefused as exc:
+        print(f"error: {exc.message}. Nothing was changed.", file=sys.stderr)
+        return 2
+    print("reverted: " + (", ".join(restored) or "(no files had changed)"))
+    return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -234,7 +362,16 @@ def main(argv: list[str] | None = None) -> int:
                      help="a folder of skills (<name>/SKILL.md) the model may load, besides the pack's; "
                           "a skill never adds a tool")
     add_workspace_arguments(run)
+    run.add_argument("goal_words", nargs="*", metavar="GOAL",
+                     help="a goal in words on the --workspace folder (e.g. \"the importer loses quotes; fix it\")")
+    run.add_argument("--goal", default=None, help="the goal, as a flag instead of the argument")
+    run.add_argument("--protect", action="append", default=[], metavar="PATH",
+                     help="a workspace-relative file or folder a goal's run must not change (besides the tests)")
     run.set_defaults(func=cmd_run)
+    revert = sub.add_parser("revert", help="put back the files a goal's run changed (refused if they changed since)")
+    revert.add_argument("run_id", metavar="RUN_ID")
+    revert.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
+    revert.set_defaults(func=cmd_revert)
     explain = sub.add_parser("explain", help="the local model explains a finished run (its words, not facts)")
     explain.add_argument("run_id", metavar="RUN_ID")
     explain.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))

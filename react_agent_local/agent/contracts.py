@@ -604,6 +604,10 @@ class RunRequest(_ModelRequest):
         default=None,
         description="A stricter approval policy for this run's bash commands than the runner's (never a looser "
                     "one); default: the runner operator's.")
+    goal: str | None = Field(
+        default=None, min_length=1, max_length=1500,
+        description="A goal in words on the runner operator's --workspace folder (instead of a pack): the runtime "
+                    "finds the test command, the failing tests and the code they point at (agent/coding/).")
 
     @model_validator(mode="before")
     @classmethod

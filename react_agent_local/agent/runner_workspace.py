@@ -10,7 +10,8 @@ MODE --approval-seconds N``); a request can only narrow those choices:
   touched, so no ``--workspace`` is needed. A pack whose workspace tools have no template works in
   the operator's ``--workspace DIR``; without one such a run is refused before it is queued
   (``workspace_not_configured``), and while one run uses that folder a second is refused
-  (``workspace_busy``). No request field names a folder: ``RunRequest`` forbids unknown fields, so
+  (``workspace_busy``). A goal in words (``RunRequest.goal``, ``agent/coding/``) always works in the
+  operator's folder, so it too is refused without one. No request field names a folder: ``RunRequest`` forbids unknown fields, so
   ``workspace``, ``cwd``, ``root`` ... are a 422.
 - **Which tools.** The pack's, narrowed by the request (``routes.context.check_narrowed_tools``), never more.
 - **Which approval policy.** The operator's ``--approval`` (default ``ask_on_risk``); a request's
@@ -95,6 +96,19 @@ class RunnerWorkspace:
                              "this pack's workspace tools work in the operator's folder, and this runner has none: "
                              "start it with --workspace DIR (a request can never name a folder)")
         return {"source": source, "approval": requested or self.approval}
+
+    def goal_plan(self, requested: str | None) -> dict[str, Any]:
+        """The public plan of a goal's run: always the operator's folder (a request never names one);
+        RunRefused when this runner has none or the request asks for a looser approval policy."""
+        if requested is not None and requested not in STRICTER[self.approval]:
+            raise RunRefused(400, "approval_not_allowed",
+                             f"the runner's operator set the approval policy {self.approval}; a request may only "
+                             f"choose a stricter one ({', '.join(sorted(STRICTER[self.approval]))})")
+        if self.directory is None:
+            raise RunRefused(400, "workspace_not_configured",
+                             "a goal works on the operator's folder, and this runner has none: start it with "
+                             "--workspace DIR (a request can never name a folder)")
+        return {"source": "operator", "approval": requested or self.approval}
 
     def options(self, plan: dict[str, Any], approver: Approver) -> Any:
         """``workspace.WorkspaceOptions`` of one job: always sandboxed, no network, the desk's approver."""

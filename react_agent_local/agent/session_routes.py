@@ -16,8 +16,9 @@ any run: ``GET /agent/runs/{id}``, its event stream, cancel, approvals, artifact
 
 The routes sit behind the runner's browser boundary like every other; only the POSTs change
 anything. What they return holds ids, times and redacted text, never a path. Each session's model is
-kept in memory only, like a queued job's request (its path is never written); a turn may name the
-model again, which it must after the runner restarted. The public part of the request (mode,
+kept in memory and in the session's private settings file (``SessionStore.remember``: this user's
+only, never in a view or the session's public records), so a turn after a runner restart continues
+with it; a turn may name the model again, and that one is kept. The public part of the request (mode,
 budgets, sampling, tools, approval) is the session's ``session_meta`` record, so it outlives a
 restart. The run of each turn is recorded before the turn starts, as a ``turn.run`` record
 (``turn``, ``run_id``) that the session store keeps like any other.
@@ -133,6 +134,7 @@ class SessionDesk:
                                from_run=source["id"] if source else None) as session:
             if source is not None:
                 _import_run(session, source)
+        self._remember_model(session.id, body.model)
         with self._lock:
             self._models[session.id] = body.model
             kept = set(self.store.ids())  # forget what retention deleted
@@ -146,6 +148,7 @@ class SessionDesk:
         public = meta.get("runner") if isinstance(meta.get("runner"), dict) else {}
         with self._lock:
             model = body.model or self._models.get(session_id)
+        model = model or self._remembered_model(session_id)
         if model is None:
             raise ApiError(409, "session_model_unknown", "this runner does not know the model of this session "
                            "(it was created elsewhere, or before the runner restarted): send the model with the message")
@@ -171,7 +174,25 @@ class SessionDesk:
                 raise ApiError(429, "queue_full", str(exc)) from None
             self._running[session_id] = view["id"]
             self._models[session_id] = model
+        if body.model is not None:
+            self._remember_model(session_id, model)
         return {"session_id": session_id, "run_id": view["id"], "run": view}
+
+    def _remember_model(self, session_id: str, model: Any) -> None:
+        """The session's model outlives a restart (``SessionStore.remember``: private, never in a view)."""
+        try:
+            self.store.remember(session_id, model=model.model_dump(mode="json"))
+        except (OSError, SessionError):
+            log.warning("cannot remember the model of session %s", session_id)
+
+    def _remembered_model(self, session_id: str) -> Any:
+        from pydantic import TypeAdapter
+
+        kept = (self.store.remembered(session_id) or {}).get("model")
+        try:
+            return TypeAdapter(ModelSpec).validate_python(kept) if isinstance(kept, dict) else None
+        except ValidationError:
+            return None
 
     def view(self, session_id: str) -> dict[str, Any]:
         log = self._read(session_id)

@@ -374,21 +374,28 @@ def test_what_a_page_reads_holds_no_path_and_no_secret(client, tmp_path):
 # ---------------------------------------------------------------- restarts and caps
 
 
-def test_a_restarted_runner_keeps_its_sessions_and_asks_for_the_model(tmp_path):
+def test_a_restarted_runner_keeps_its_sessions_and_their_model(tmp_path):
     runs = tmp_path / "runs"
     with make_client(runs, None, policy_factory=Policies(), test_policy=True) as client:
         session = create(client, budgets={"max_steps": 9})
         assert ask(client, session["id"], PACK.task.goal)["request"]["budgets"]["max_steps"] == 9
         settled(client, session["id"])
+    settings = next(runs.rglob("settings.json"))
+    assert settings.stat().st_mode & 0o077 == 0  # the model spec is this user's only
     with make_client(runs, None, policy_factory=Policies(), test_policy=True) as client:
         assert [s["id"] for s in client.get("/agent/sessions").json()["sessions"]] == [session["id"]]
-        r = client.post(f"/agent/sessions/{session['id']}/turns", json={"message": FOLLOW_UP})
-        assert r.status_code == 409 and r.json()["error"]["code"] == "session_model_unknown"
-        again = ask(client, session["id"], FOLLOW_UP, **MODEL)
+        # no model in the message: the session's own, remembered across the restart
+        again = ask(client, session["id"], FOLLOW_UP)
         assert again["status"] == "completed" and again["final"]["evidence_ids"] == EVIDENCE
         assert again["request"]["budgets"]["max_steps"] == 9  # the session's settings outlived the restart
+        assert "settings" not in client.get(f"/agent/sessions/{session['id']}").text
+    settings.unlink()  # a session this runner never knew the model of (made elsewhere): it must be named
+    with make_client(runs, None, policy_factory=Policies(), test_policy=True) as client:
+        r = client.post(f"/agent/sessions/{session['id']}/turns", json={"message": FOLLOW_UP})
+        assert r.status_code == 409 and r.json()["error"]["code"] == "session_model_unknown"
+        assert ask(client, session["id"], FOLLOW_UP, **MODEL)["status"] == "completed"
         assert ask(client, session["id"], FOLLOW_UP)["status"] == "completed"  # remembered from here on
-        assert [t["state"] for t in settled(client, session["id"])["turns"]] == ["finished"] * 3
+        assert [t["state"] for t in settled(client, session["id"])["turns"]] == ["finished"] * 4
 
 
 def test_retention_and_the_size_cap_come_from_the_session_store(tmp_path):

@@ -9,6 +9,8 @@ answer its approvals, have it explained, fetch its PNGs.
     GET  /agent/runs/{id}/approvals                  the questions the job waits on (operator only)
     POST /agent/runs/{id}/approvals/{approval_id}    approve or deny the command the job waits on (operator only)
     POST /agent/runs/{id}/explain                    the model's explanation of a finished run (NDJSON)
+    GET  /agent/runs/{id}/changes                    a goal's run: what it found and changed (the diff)
+    POST /agent/runs/{id}/revert                     a goal's run: put its changed files back
     GET  /agent/runs/{id}/artifacts/{artifact_id}    one PNG of the run's plot tool
 
 The approval routes need the runner's operator token (``context.OPERATOR_ONLY``): the trace, which
@@ -57,15 +59,101 @@ class ApprovalAnswer(BaseModel):
 
 @router.post("/agent/runs", status_code=202)
 def create_run(body: RunRequest, runner: Runner) -> JSONResponse:
-    """Queue one agent job; 202 with its public view (poll it with after_seq)."""
-    plan = runner.admit(body)
+    """Queue one agent job (a pack's, or a goal in words on the operator's folder); 202 with its public
+    view (poll it with after_seq)."""
+    extra: dict[str, Any] = {}
+    if body.goal is not None:
+        plan, extra = _admit_goal(body, runner)
+    else:
+        plan = runner.admit(body)
     try:
-        view = runner.store.submit(body, runner.public_model(body), plan)
+        view = runner.store.submit(body, runner.public_model(body), plan, **extra)
     except QueueFull as exc:
         raise ApiError(429, "queue_full", str(exc)) from None
     except WorkspaceBusy as exc:
         raise ApiError(409, "workspace_busy", str(exc)) from None
     return JSONResponse(view, status_code=202)
+
+
+def _admit_goal(body: RunRequest, runner: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A goal's checks before it is queued: no pack beside it, tools only narrowed, the operator's folder
+    configured; the plan and the store's ``public``/``run_for`` for its job."""
+    from ..coding.goal_run import goal_job
+    from ..coding.goal_task import EXTRA_TOOLS, GOAL_TOOLS
+    from ..runner_workspace import RunRefused
+    from .context import run_with_tools
+
+    if body.pack is not None:
+        raise ApiError(400, "goal_with_pack", "a goal's run builds its own task from the operator's folder: "
+                                              "send a goal or a pack, not both")
+    runner.check_model(body, must_exist=not runner.settings.test_policy)
+    if body.tools is not None:
+        extra = [t for t in body.tools if t not in GOAL_TOOLS + EXTRA_TOOLS]
+        if extra:
+            raise ApiError(400, "tools_not_in_pack", f"a goal's run cannot add tools: {', '.join(extra)[:200]}")
+        missing = [t for t in GOAL_TOOLS if t not in body.tools]
+        if missing:
+            raise ApiError(400, "required_tool_removed", f"a goal's run needs these tools: {', '.join(missing)}")
+    try:
+        plan = runner.workspace.goal_plan(body.approval)
+    except RunRefused as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
+    root = runner.workspace.directory
+
+    def run_pack(pack: Any, *args: Any, **kwargs: Any) -> Any:
+        return run_with_tools(runner.settings.run_fn, runner.tools, pack, *args, **kwargs)
+
+    return plan, {"public": {"goal": body.goal},
+                  "run_for": lambda job_id: goal_job(root, body.goal or "", run_pack, body.budgets)}
+
+
+@router.get("/agent/runs/{run_id}/changes")
+def get_changes(run_id: str, runner: Runner) -> JSONResponse:
+    """What a goal's run found (test command, failing tests, frames, files read, protected) and changed
+    (the files and the unified diff); 404 for a run that is no goal's or has not found its task yet."""
+    from ..coding.goal_run import job_changes
+
+    view = _goal_view(run_id, runner)
+    found = job_changes(runner.store.folders.path(view["id"]))
+    if found is None:
+        raise ApiError(404, "not_found", "this run has found no task yet")
+    return JSONResponse(redact(found))
+
+
+@router.post("/agent/runs/{run_id}/revert")
+def revert_run(run_id: str, runner: Runner) -> JSONResponse:
+    """Put back the files a finished goal's run changed in the operator's folder; 409 ``changed_since``
+    (nothing changed) when any of them changed after the run, ``workspace_busy`` while a job uses it."""
+    from ..coding.changes import RevertRefused, recorded_root, revert
+
+    view = _goal_view(run_id, runner)
+    if view["status"] in ("queued", "running"):
+        raise ApiError(409, "run_not_finished", "the run is still going; revert it when it has finished")
+    busy = next((j["id"] for j in runner.store.list_recent(200) if not j["terminal"] and (
+        (runner.store.view(j["id"], j["last_seq"]).get("request") or {}).get("workspace") or {}).get("source")
+        == "operator"), None)
+    if busy:
+        raise ApiError(409, "workspace_busy", f"job {busy} works in the operator's folder; wait for it or cancel it")
+    run_dir = runner.store.folders.path(view["id"])
+    root = runner.workspace.directory
+    try:
+        if root is None or recorded_root(run_dir) != root:
+            raise RevertRefused("workspace_moved", "this run's changes were made in another folder than this runner's")
+        restored = revert(run_dir, root)
+    except RevertRefused as exc:
+        status = 404 if exc.code == "no_changes_recorded" else 409
+        raise ApiError(status, exc.code, exc.message) from None
+    return JSONResponse({"id": view["id"], "reverted": restored})
+
+
+def _goal_view(run_id: str, runner: Any) -> dict[str, Any]:
+    try:
+        view = runner.store.view(run_id, 0)
+    except JobNotFound:
+        raise ApiError(404, "not_found", "no such run") from None
+    if not (view.get("request") or {}).get("goal"):
+        raise ApiError(404, "not_found", "this run is no goal's run")
+    return view
 
 
 @router.get("/agent/runs")

@@ -7,6 +7,12 @@ at the end of input. ``--resume ID`` continues a session (a unique prefix of the
 without it a new one is created and its id printed first. Ctrl-C cancels the turn in progress (it
 is recorded as cancelled); a second Ctrl-C leaves. ``sessions`` lists the sessions, newest first.
 
+With ``--workspace DIR`` each message is a goal on that folder (``agent/coding/``: the tests found and
+run, the code they point at read, the change verified by them), run as a turn of the session, so a
+follow-up ("now make the tie rule configurable") sees the earlier turns; each turn prints its diff.
+A session remembers its model and its folder (``SessionStore.remember``): ``--resume ID`` alone
+continues with both.
+
 Exit status: 0 when every turn completed, 1 when one did not, 2 when nothing could be run.
 """
 
@@ -17,6 +23,7 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from ..event_lines import format_event
@@ -38,6 +45,13 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="one JSON object per turn instead of the steps")
+    parser.add_argument("--workspace", default=None, metavar="DIR",
+                        help="each message is a goal on this folder (a resumed session keeps its own)")
+    parser.add_argument("--protect", action="append", default=[], metavar="PATH",
+                        help="with --workspace: a file or folder no turn may change (besides the tests)")
+    from ..workspace_flags import add_workspace_arguments
+
+    add_workspace_arguments(parser, directory=False)
 
 
 def add_list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,13 +91,28 @@ def chat_main(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         problem = exc.errors()[0]
         return refuse("--" + "-".join(str(p) for p in problem["loc"]).replace("_", "-") + ": " + problem["msg"])
-    try:
-        spec = model_spec(args)
-    except ModelChoiceError as exc:
-        return refuse(str(exc))
     store = SessionStore(args.sessions_dir)
     try:
-        session = store.open(store.resolve(args.resume)) if args.resume else None
+        resumed = store.resolve(args.resume) if args.resume else None
+    except SessionError as exc:
+        return refuse(exc.message)
+    kept = (store.remembered(resumed) or {}) if resumed else {}
+    try:
+        spec = _remembered_spec(kept) if resumed and not _names_a_model(args) else None
+        spec = spec or model_spec(args)
+    except ModelChoiceError as exc:
+        return refuse(str(exc))
+    folder = args.workspace or kept.get("workspace")
+    if folder is not None:
+        from ..runner_workspace import check_folder
+
+        problem = check_folder(folder)
+        if problem:
+            return refuse(problem)
+        if args.pack is not None:
+            return refuse("--pack: a workspace chat builds each turn's task from the folder; give one or the other")
+    try:
+        session = store.open(resumed) if resumed else None
         pack_name = session.log.meta.get("pack") if session is not None else None
         try:
             pack = load_pack(args.pack or pack_name)
@@ -95,7 +124,9 @@ def chat_main(args: argparse.Namespace) -> int:
             session.close()
             return refuse(f"--pack: session {session.id} belongs to pack '{pack_name}'")
         if session is None:
-            session = store.create(pack=pack.name)
+            session = store.create(pack=pack.name, workspace_chat=folder is not None)
+        store.remember(session.id, model=spec.model_dump(mode="json"),
+                       **({"workspace": str(Path(folder).expanduser().resolve())} if folder else {}))
     except SessionError as exc:
         return refuse(exc.message)
 
@@ -105,8 +136,14 @@ def chat_main(args: argparse.Namespace) -> int:
     try:
         with session:
             print(f"session {session.id}" + (" (resumed)" if args.resume else ""), flush=True)
-            chat = Conversation(session, pack, lambda: load_spec(spec), budgets=budgets, sampling=sampling,
-                                mode=args.mode)
+            loaded: dict[str, Any] = {}
+
+            def policy() -> Any:  # loaded once, for every turn (a workspace chat makes one Conversation a turn)
+                if "policy" not in loaded:
+                    loaded["policy"] = load_spec(spec)
+                return loaded["policy"]
+
+            chat = Conversation(session, pack, policy, budgets=budgets, sampling=sampling, mode=args.mode)
 
             def show(event: dict[str, Any]) -> None:
                 if args.json:
@@ -126,11 +163,20 @@ def chat_main(args: argparse.Namespace) -> int:
                 if not args.json:
                     print(f"\n> {message}", flush=True)
                 try:
-                    turn = chat.run_turn(message, sink=show, cancel=cancel)
+                    if folder is not None:
+                        turn, report = _goal_turn(session, Path(folder), message, args, policy, budgets, sampling,
+                                                  show, cancel)
+                        if turn is None:
+                            completed = False
+                            continue
+                    else:
+                        turn, report = chat.run_turn(message, sink=show, cancel=cancel), None
                 except (ValueError, SessionError) as exc:
                     print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr, flush=True)
                     completed = False
                     continue
+                if report and not args.json:
+                    print(report, flush=True)
                 result = turn.result
                 completed = completed and result.status == "completed"
                 if args.json:
@@ -156,6 +202,60 @@ def chat_main(args: argparse.Namespace) -> int:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     return 0 if completed else 1
+
+
+def _names_a_model(args: argparse.Namespace) -> bool:
+    return bool(args.model or args.served or args.base_url or args.model_name)
+
+
+def _remembered_spec(kept: dict[str, Any]) -> Any:
+    """The model a resumed session was chatting with (``SessionStore.remember``), None when none."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from ..contracts import ModelSpec
+
+    try:
+        return TypeAdapter(ModelSpec).validate_python(kept["model"]) if isinstance(kept.get("model"), dict) else None
+    except ValidationError:
+        return None
+
+
+def _goal_turn(session: Any, folder: Path, message: str, args: argparse.Namespace, policy: Any, budgets: Any,
+               sampling: Any, show: Any, cancel: threading.Event) -> tuple[Any, str | None]:
+    """One turn of a workspace chat: the message is a goal on the folder (``coding.goal_run``), run as a
+    turn of the session (its earlier turns' evidence carried); (turn, the report of its changes)."""
+    from ..approvals import terminal_approver
+    from ..coding.goal_run import run_goal
+    from ..coding.goal_task import GoalRefused
+    from ..workspace import WorkspaceUnavailable
+    from ..workspace_flags import workspace_options
+    from .turns import Conversation
+
+    args.workspace = str(folder)
+    options = workspace_options(args, terminal_approver())
+    run_dir = session.store.artifact_dir(session.id) / f"goal-{session.log.next_turn()}"
+
+    def run_pack(pack: Any) -> Any:
+        return Conversation(session, pack, policy, budgets=budgets, sampling=sampling, mode=args.mode,
+                            workspace=options).run_turn(pack.task.goal, sink=show, cancel=cancel)
+
+    def ready(task: Any) -> bool:
+        if not args.json:
+            print(task.lines(), flush=True)
+        return True
+
+    try:
+        done = run_goal(folder, message, run_dir, run_pack, protect=tuple(args.protect),
+                        allow_unsandboxed=bool(args.unsandboxed), ready=ready)
+    except (GoalRefused, WorkspaceUnavailable) as exc:
+        print(f"error: {exc.message}. Nothing was changed.", file=sys.stderr, flush=True)
+        return None, None
+    assert done is not None
+    files = done.changes["files"]
+    if not files:
+        return done.outcome, "changed files: none"
+    listed = ", ".join(f"{f['path']} ({f['kind']})" for f in files)
+    return done.outcome, f"changed files: {listed}\n{done.changes['diff'].rstrip()}"
 
 
 def _compaction_line(event: dict[str, Any]) -> str:

@@ -124,6 +124,10 @@ def new_session_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex
 
 
+#: a session's private settings (``SessionStore.remember``), in its artifacts folder
+SETTINGS_FILE = "settings.json"
+
+
 def file_name(session_id: str) -> str:
     return f"session-{session_id}.jsonl"
 
@@ -676,6 +680,46 @@ class SessionStore:
         artifacts = self.artifact_dir(session_id)
         if artifacts.is_dir() and not artifacts.is_symlink():
             shutil.rmtree(artifacts, ignore_errors=True)
+
+    def remember(self, session_id: str, **settings: Any) -> None:
+        """Keep a session's private settings (its model spec, its workspace folder) beside its artifacts,
+        so a restarted runner or a resumed chat continues with them: a file readable by this user only,
+        never part of the session file (whose records are public) and deleted with the session."""
+        folder = self.artifact_dir(session_id)
+        if folder.is_symlink():
+            raise SessionCorrupt(f"session {session_id}: its artifacts folder is a link")
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        merged = {**(self.remembered(session_id) or {}), **settings}
+        data = json.dumps(merged, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            temp = f".{SETTINGS_FILE}.{uuid.uuid4().hex[:8]}.tmp"
+            out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            try:
+                _write_all(out, data)
+                os.fsync(out)
+            finally:
+                os.close(out)
+            os.rename(temp, SETTINGS_FILE, src_dir_fd=fd, dst_dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    def remembered(self, session_id: str) -> dict[str, Any] | None:
+        """The settings ``remember`` kept for the session, None when none (or they cannot be read)."""
+        folder = self.artifact_dir(session_id)
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            handle = os.open(SETTINGS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            with os.fdopen(handle, "rb") as stream:
+                value = json.loads(stream.read(1 << 20))
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        return value if isinstance(value, dict) else None
 
     def artifact_dir(self, session_id: str) -> Path:
         """Where the turns of a session leave their artifacts (a chart's PNG): ``artifacts/<id>/``."""
