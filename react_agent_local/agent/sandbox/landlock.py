@@ -65,7 +65,7 @@ SCOPE_SIGNAL = 1 << 1                # ABI 6
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 _READ = EXECUTE | READ_FILE | READ_DIR
 
-SYSTEM_READABLE = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/sys")
+SYSTEM_READABLE = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
 # Not all of /proc. A command that still holds CAP_SYS_PTRACE (any command of a root runner, until
 # caps.py drops it) reads every /proc/<pid>/environ under Landlock, the runner's API keys included;
 # /proc stays narrow so that the capability drop is not the only thing in the way. Readable: the

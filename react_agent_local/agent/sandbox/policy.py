@@ -34,7 +34,8 @@ class SandboxPolicy:
     network: bool = False
     """Whether commands may open IPv4/IPv6 sockets (the operator's choice only)."""
     read_only: tuple[str, ...] = (".git",)
-    """Workspace-relative paths kept read-only (a planted hook or config would run on the host)."""
+    """Workspace-relative paths kept read-only. ``.git`` is always among them, whatever is passed
+    (``protected_entries``): a planted hook or config would run on the host at the operator's next git."""
     cpu_seconds: int = 60
     """RLIMIT_CPU of every process of the command."""
     max_processes: int = 256
@@ -44,11 +45,17 @@ class SandboxPolicy:
     """RLIMIT_FSIZE: the largest file a command may write."""
     max_memory_bytes: int = 2 << 30
     """RLIMIT_AS of every process (address space, so runtimes that reserve much virtual memory need more)."""
+    max_workspace_bytes: int = 256 << 20
+    """How much the workspace may grow over the whole run (this Sandbox's life), in allocated bytes.
+    Watched during each command and measured after it; see ``quota.py`` for what it does and does not stop."""
+    max_tmp_bytes: int = 512 << 20
+    """The size of the command's private ``/tmp``: a tmpfs of this size under bubblewrap, a host folder
+    watched the same way as the workspace under the fallback."""
     allow_unsandboxed: bool = False
     """The operator's explicit opt-out on the CLI: run on the host when no sandbox starts."""
     readable: tuple[Path, ...] = field(default=())
-    """Extra host paths a command must be able to read when they lie under a masked directory
-    (the Python installation and this package are added automatically)."""
+    """Extra host paths a command may read. Only the system folders, the Python installation and this
+    package's ``agent`` code are readable otherwise (not ``/opt``, ``/var``, ``/srv``, the home)."""
 
     def __post_init__(self) -> None:
         workspace = Path(self.workspace)
@@ -62,9 +69,16 @@ class SandboxPolicy:
             parts = Path(entry).parts
             if not parts or Path(entry).is_absolute() or ".." in parts:
                 raise ValueError(f"read_only entries are workspace-relative paths without '..': {entry!r}")
-        for number in (self.cpu_seconds, self.max_processes, self.max_file_bytes, self.max_memory_bytes):
+        for number in (self.cpu_seconds, self.max_processes, self.max_file_bytes, self.max_memory_bytes,
+                       self.max_workspace_bytes, self.max_tmp_bytes):
             if number <= 0:
                 raise ValueError("resource limits must be positive")
+
+
+    @property
+    def protected_entries(self) -> tuple[str, ...]:
+        """``read_only`` with ``.git`` always first (a workspace with none gets an empty read-only one)."""
+        return (".git", *(entry for entry in self.read_only if Path(entry).parts != (".git",)))
 
 
 def interpreter() -> str:
@@ -77,15 +91,23 @@ def interpreter() -> str:
 
 
 def python_paths() -> tuple[Path, ...]:
-    """What the sandbox must be able to read to run this interpreter and this package."""
+    """What the sandbox must be able to read to run this interpreter and this package's code: the
+    installation, the virtual environment, and the ``agent`` folder only. Not the folder that holds
+    it: beside the code lie the packs (whose ``data/`` holds answer keys and hidden tests), and
+    the runs and sessions folders may live there too."""
     paths = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
-             Path(os.path.realpath(sys.executable)).parent.parent, package_root()}
+             Path(os.path.realpath(sys.executable)).parent.parent, agent_code()}
     return tuple(sorted(paths))
 
 
 def package_root() -> Path:
-    """The directory that holds the ``agent`` package."""
+    """The directory that holds the ``agent`` package (not readable in the sandbox, see python_paths)."""
     return Path(__file__).resolve().parent.parent.parent
+
+
+def agent_code() -> Path:
+    """The ``agent`` package's own folder, the one part of ``package_root`` a command may read."""
+    return Path(__file__).resolve().parent.parent
 
 
 def base_environment(home: str, tmpdir: str) -> dict[str, str]:

@@ -23,7 +23,8 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 StopMode = Literal["kill_group", "supervisor"]
@@ -40,6 +41,7 @@ class CommandResult:
     signal that ended it otherwise reads as 128 + N, as a shell reports it (SIGXCPU: 152)."""
 
     exit_code: int | None
+    """None also when a disk cap stopped it (``limit_exceeded`` then says which)."""
     stdout: bytes
     stderr: bytes
     stdout_total: int
@@ -48,6 +50,13 @@ class CommandResult:
     cancelled: bool
     duration_s: float
     sandbox: str
+    limit_exceeded: str | None = None
+    """Set when the command broke a disk cap (the workspace's growth over the run, or the fallback's
+    private ``/tmp``): what happened and what was removed. The tool layer reports it as a failure,
+    whatever the exit code."""
+    removed: tuple[str, ...] = field(default=())
+    """Workspace-relative paths the sandbox removed after the command: files over the workspace cap,
+    a ``.git`` the command created where none existed (the fallback cannot mount one read-only)."""
 
     @property
     def stdout_truncated(self) -> bool:
@@ -86,7 +95,10 @@ class _HeadTail:
 
 def run_process(argv: list[str], *, env: dict[str, str], cwd: str, timeout_s: float,
                 cancel: threading.Event | None, stdin: bytes | None, max_output_bytes: int,
-                stop_mode: StopMode, sandbox: str, pass_fds: tuple[int, ...] = ()) -> CommandResult:
+                stop_mode: StopMode, sandbox: str, pass_fds: tuple[int, ...] = (),
+                over_limit: Callable[[], bool] | None = None) -> CommandResult:
+    """``over_limit`` is polled with the deadline; True stops the command as a timeout does, and
+    ``limit_exceeded`` is set in the result."""
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
     if max_output_bytes < 0:
@@ -105,7 +117,7 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: str, timeout_s: fl
     if stdin:
         os.set_blocking(proc.stdin.fileno(), False)  # type: ignore[union-attr]
         selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)  # type: ignore[union-attr]
-    timed_out = cancelled = False
+    timed_out = cancelled = limit_stopped = False
     stop_sent_at: float | None = None
     escalated = False
     exited_at: float | None = None
@@ -125,12 +137,14 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: str, timeout_s: fl
                 else:
                     pending = _feed(selector, proc, pending)
             now = time.monotonic()
-            if stop_sent_at is None and not (timed_out or cancelled):
+            if stop_sent_at is None:
                 if cancel is not None and cancel.is_set():
                     cancelled = True
                 elif now >= deadline:
                     timed_out = True
-                if timed_out or cancelled:
+                elif over_limit is not None and over_limit():
+                    limit_stopped = True
+                if timed_out or cancelled or limit_stopped:
                     stop_sent_at = now
                     _stop(proc, stop_mode)
             if stop_sent_at is not None and not escalated and stop_mode == "supervisor" \
@@ -151,10 +165,11 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: str, timeout_s: fl
             if stream is not None:
                 stream.close()
     out, err = outputs.values()
-    return CommandResult(exit_code=None if (timed_out or cancelled) else _exit_code(returncode),
+    return CommandResult(exit_code=None if (timed_out or cancelled or limit_stopped) else _exit_code(returncode),
                          stdout=out.value(), stderr=err.value(), stdout_total=out.total,
                          stderr_total=err.total, timed_out=timed_out, cancelled=cancelled,
-                         duration_s=time.monotonic() - started, sandbox=sandbox)
+                         duration_s=time.monotonic() - started, sandbox=sandbox,
+                         limit_exceeded="stopped: over a disk cap" if limit_stopped else None)
 
 
 def _wait(proc: subprocess.Popen[bytes], seconds: float) -> list[tuple[selectors.SelectorKey, int]]:

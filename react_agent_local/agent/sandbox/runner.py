@@ -31,9 +31,10 @@ from typing import Literal
 from . import landlock, seccomp
 from .bwrap import SANDBOX_HOME, SANDBOX_TMP, BwrapBinary, bwrap_args, find_bwrap
 from .limits import PidsController, Rlimits, find_pids_controller, processes_of_current_user
-from .policy import (SandboxPolicy, SandboxUnavailable, base_environment, check_argv, interpreter,
+from .policy import (SandboxPolicy, SandboxUnavailable, agent_code, base_environment, check_argv, interpreter,
                      merge_environment, package_root, python_paths, resolve_cwd)
 from .process import CommandResult, run_process
+from .quota import DiskCap, remove_tree
 
 Backend = Literal["auto", "bwrap", "landlock"]
 Kind = Literal["bwrap", "landlock", "none"]
@@ -59,6 +60,10 @@ class Sandbox:
         self.kind: Kind = kind
         self.bwrap = bwrap
         self.pids = pids
+        # The run's workspace cap counts from what the workspace held when the sandbox opened.
+        self.workspace_cap = DiskCap.measured(str(policy.workspace), policy.max_workspace_bytes, "the workspace")
+        self._git_lock = threading.Lock()
+        self._git_mounts = 0  # bwrap commands now running over an empty .git mount point
 
     @property
     def description(self) -> str:
@@ -86,25 +91,46 @@ class Sandbox:
         does (a failing, hanging or hostile command is a CommandResult), only for bad arguments."""
         argv = check_argv(argv)
         directory = resolve_cwd(self.policy.workspace, cwd)
+        git = self.policy.workspace / ".git"
+        git_absent = not os.path.lexists(git)
+        if git_absent and self.kind == "bwrap":
+            with self._git_lock:
+                self._git_mounts += 1
         private_tmp = None if self.kind == "bwrap" else tempfile.mkdtemp(prefix="react-agent-sandbox-")
         cgroup = self.pids.create(self.policy.max_processes) if self.pids else None
         filter_fd: int | None = None
+        watches = [self.workspace_cap.watch()]
+        tmp_cap: DiskCap | None = None
         try:
             if private_tmp is None:
                 home, tmpdir = SANDBOX_HOME, SANDBOX_TMP
             else:
                 home, tmpdir = os.path.join(private_tmp, "home"), private_tmp
                 os.mkdir(home, 0o700)
+                tmp_cap = DiskCap(private_tmp, self.policy.max_tmp_bytes, "the private /tmp")
+                watches.append(tmp_cap.watch())
             full_env = merge_environment(base_environment(home, tmpdir), env)
-            if self.kind == "bwrap" and not self.policy.network:
-                filter_fd = _filter_pipe()
+            if self.kind == "bwrap":
+                filter_fd = _filter_pipe(network=self.policy.network)
             command = self._command(argv, directory, private_tmp, filter_fd)
             if cgroup is not None:
                 command = cgroup.trampoline() + command
-            return run_process(command, env=full_env, cwd=str(directory), timeout_s=timeout_s, cancel=cancel,
-                               stdin=stdin, max_output_bytes=max_output_bytes,
-                               stop_mode="kill_group" if self.kind == "bwrap" else "supervisor",
-                               sandbox=self.kind, pass_fds=() if filter_fd is None else (filter_fd,))
+            result = run_process(command, env=full_env, cwd=str(directory), timeout_s=timeout_s, cancel=cancel,
+                                 stdin=stdin, max_output_bytes=max_output_bytes,
+                                 stop_mode="kill_group" if self.kind == "bwrap" else "supervisor",
+                                 sandbox=self.kind, pass_fds=() if filter_fd is None else (filter_fd,),
+                                 over_limit=lambda: any(w.exceeded() for w in watches))
+            if git_absent and self.kind != "bwrap" and os.path.lexists(git):
+                remove_tree(str(git))  # the fallback cannot mount an empty one: what the command made goes
+                result.removed = (".git",)
+            # The private /tmp is measured before it is removed; its files are not the workspace's.
+            tmp_breach = tmp_cap.settle() if tmp_cap else None
+            workspace_breach = self.workspace_cap.settle()
+            messages = [breach[0] for breach in (tmp_breach, workspace_breach) if breach]
+            if messages:
+                result.limit_exceeded = "; ".join(messages)
+            if workspace_breach:
+                result.removed = (*result.removed, *workspace_breach[1])
         finally:
             if filter_fd is not None:
                 os.close(filter_fd)
@@ -112,18 +138,38 @@ class Sandbox:
                 cgroup.remove()
             if private_tmp is not None:
                 shutil.rmtree(private_tmp, ignore_errors=True)
+            if git_absent and self.kind == "bwrap":
+                self._release_git_mount_point(git)
+        return result
+
+    def _release_git_mount_point(self, git: Path) -> None:
+        """Remove the empty folder bubblewrap made to mount the read-only ``.git`` on, once no command
+        of this sandbox still has it mounted (an rmdir would unmount it under a running one)."""
+        with self._git_lock:
+            self._git_mounts -= 1
+            if self._git_mounts == 0:
+                try:
+                    git.rmdir()  # empty: the read-only tmpfs kept every write out of it
+                except OSError:
+                    pass
 
     def run_python(self, module: str, args: list[str], *, timeout_s: float, **kwargs: object) -> CommandResult:
         """``python -m module args`` inside the sandbox, with this package and the installed packages
         importable and nothing of the workspace on ``sys.path`` (``-I``: a workspace ``json.py`` cannot
         shadow the standard library). Keyword arguments are those of ``run``."""
-        boot = ("import runpy, sys; sys.path.insert(0, %r); del sys.argv[0]; "
-                "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)") % str(package_root())
+        # ``agent`` is loaded from its own folder: the folder that holds it is not readable in the sandbox.
+        code = agent_code()
+        boot = ("import importlib.util, runpy, sys; "
+                "spec = importlib.util.spec_from_file_location('agent', %r, submodule_search_locations=[%r]); "
+                "module = importlib.util.module_from_spec(spec); sys.modules['agent'] = module; "
+                "spec.loader.exec_module(module); del sys.argv[0]; "
+                "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)") % (
+                    str(code / "__init__.py"), str(code))
         return self.run([interpreter(), "-I", "-c", boot, module, *args], timeout_s=timeout_s,
                         **kwargs)  # type: ignore[arg-type]
 
     def _command(self, argv: list[str], cwd: Path, private_tmp: str | None, filter_fd: int | None) -> list[str]:
-        spec: dict[str, object] = {"rlimits": self._rlimits().as_spec(), "block_inet": not self.policy.network}
+        spec: dict[str, object] = {"rlimits": self._rlimits().as_spec(), "seccomp": None}
         confine = [interpreter(), "-I", "-S", str(CONFINE)]
         if self.kind == "bwrap":
             assert self.bwrap is not None
@@ -131,7 +177,6 @@ class Sandbox:
             options = bwrap_args(self.policy, cwd, disable_userns=self.bwrap.supports_disable_userns)
             # Only the limits are left to set in the sandbox (bwrap set no_new_privs and the filter),
             # after bwrap made the user namespace, so RLIMIT_NPROC counts this sandbox's processes only.
-            spec["block_inet"] = False
             limits = self._rlimits().prlimit_argv() or [*confine, _encode(spec), "--"]
             return [str(self.bwrap.path), *options, *seccomp_args, "--", *limits, *argv]
         spec["supervise"] = True
@@ -140,11 +185,10 @@ class Sandbox:
         limits["nproc_base"] = processes_of_current_user()
         if self.kind == "landlock":
             spec["landlock"] = landlock.make_spec(
-                workspace=str(self.policy.workspace), read_only=self.policy.read_only,
+                workspace=str(self.policy.workspace), read_only=self.policy.protected_entries,
                 readable=tuple(str(p) for p in (*python_paths(), *self.policy.readable)),
                 writable=(private_tmp,) if private_tmp else (), network=self.policy.network)
-        else:
-            spec["block_inet"] = False
+            spec["seccomp"] = {"network": self.policy.network, "unix": False, "block_userns": True}
         return [*confine, _encode(spec), "--", *argv]
 
     def _rlimits(self) -> Rlimits:
@@ -152,9 +196,10 @@ class Sandbox:
         return Rlimits(p.cpu_seconds, p.max_processes, p.max_file_bytes, p.max_memory_bytes)
 
 
-def _filter_pipe() -> int:
-    """A pipe holding the seccomp program, for ``bwrap --seccomp FD`` (read end returned)."""
-    program = seccomp.inet_filter()
+def _filter_pipe(*, network: bool) -> int:
+    """A pipe holding the seccomp program, for ``bwrap --seccomp FD`` (read end returned). Unix sockets
+    stay allowed: bubblewrap's view holds no host socket file (see ``seccomp.py``)."""
+    program = seccomp.build_filter(network=network, unix=True, block_userns=False)
     read_end, write_end = os.pipe()
     try:
         os.write(write_end, program)  # ~100 bytes: far below a pipe's buffer, never blocks
