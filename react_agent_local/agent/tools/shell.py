@@ -157,6 +157,11 @@ def _execute(ctx: ToolContext, args: BashArgs, cancel: threading.Event) -> dict[
                              cancel=cancel, stdin=b"", env=dict(TEST_ENV if test_run else COMMAND_ENV),
                              max_output_bytes=MAX_OUTPUT_BYTES)
     planted = remove_planted_git(ctx.workspace)
+    planted += [rel for rel in result.removed if rel.split("/")[-1] == ".git" and rel not in planted]
+    if result.limit_exceeded:
+        if ctx.emit is not None:
+            ctx.emit("workspace.limit_exceeded", tool="bash", message=result.limit_exceeded)
+        raise ToolError("disk_limit_exceeded", f"the command was stopped: {result.limit_exceeded}", retryable=False)
     if planted and ctx.emit is not None:
         ctx.emit("workspace.git_removed", tool="bash", paths=planted)
     # What the sandbox printed is hostile too: keys and absolute paths leave only as events show them.
