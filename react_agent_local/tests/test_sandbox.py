@@ -46,8 +46,8 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def visible_outside() -> Iterator[Path]:
-    """A directory outside the workspace that the sandbox can see (not under /tmp or a home, which
-    the sandbox hides): writes to it must fail because it is read-only, not because it is absent."""
+    """A directory outside the workspace, readable and writable on the host, that no command may
+    change (the sandbox no longer shows ``/var/tmp`` at all: see test_sandbox_boundary.py)."""
     directory = Path(tempfile.mkdtemp(prefix="react-agent-sandbox-test-", dir="/var/tmp")).resolve()
     (directory / "target.txt").write_text("original\n")
     yield directory

@@ -5,22 +5,33 @@ no namespaces, so it works where bubblewrap cannot (user namespaces disabled or 
 AppArmor). It only *allows*: every access right this module "handles" is denied except beneath the
 paths given a rule. The plan, built in the child by ``confine.py`` just before it runs the command:
 
-- read and execute: the system directories, ``/etc`` without its secret files, ``/sys``, the command's
-  own ``/proc/<pid>`` and a few machine-wide ``/proc`` files, the Python installation and this
-  package (so ``python -m agent...`` and the file tools' operations work);
-- read and write: the workspace, the run's private temporary directory and a few character devices
-  (``/dev/null``, ``/dev/zero``, ...);
-- nothing else: not the host's home directory, not ``/tmp``, not ``/run``.
+- read and execute: the system directories (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/sys``; not
+  ``/opt``, ``/var``, ``/srv``, ``/home``, ``/root``, ``/run``, ``/mnt`` or any project tree), ``/etc``
+  without its secret files, the command's own ``/proc/<pid>`` and a few machine-wide ``/proc`` files,
+  the Python installation and virtual environment, this package's ``agent`` code folder (not the
+  folder holding it, where the packs' ``data/`` and the runs live) and the policy's ``readable``;
+- read and write: the workspace, the run's private temporary directory (a host folder: its size is
+  watched, see ``quota.py``) and a few character devices (``/dev/null``, ``/dev/zero``, ...);
+- nothing else: not the host's home directory, not ``/tmp``, not ``/run``, not ``/dev/shm`` (so
+  ``multiprocessing``'s semaphores, and with them ``Pool``, do not work under the fallback).
 - TCP bind and connect (ABI >= 4) denied when the network is off (the seccomp filter also refuses
   IPv4/IPv6 sockets); signals and abstract Unix sockets scoped to the sandbox (ABI >= 6), so a
   command cannot signal the runner or reach a host service listening on an abstract socket.
+  Landlock cannot refuse a ``connect`` to a *socket file* (``/run/docker.sock``, a socket in
+  ``/var/tmp``), so the seccomp filter refuses ``socket(AF_UNIX)`` under the fallback
+  (``socketpair`` stays), and it refuses new user namespaces (see ``seccomp.py``).
 
-Read-only entries inside the workspace (``.git``): a Landlock right granted on a directory covers
+Read-only entries inside the workspace (``.git``, always; see ``SandboxPolicy.protected_entries``):
+a Landlock right granted on a directory covers
 everything beneath it and there are no deny rules, so a writable workspace root would make ``.git``
 writable too. When a read-only entry exists, the directories on the way to it get read rights only
 and every sibling gets full rights; the price is that entries cannot be created or removed directly
 in those directories (in the workspace root, for ``.git``) under the fallback, while existing files
-there stay editable in place. Under bubblewrap there is no such limit. Landlock does not govern
+there stay editable in place. Under bubblewrap there is no such limit. Where the workspace has no
+``.git``, the fallback cannot mount an empty read-only one as bubblewrap does (and making one would
+freeze the workspace root), so the root stays writable and ``Sandbox.run`` removes whatever ``.git``
+the command created the moment it ends (no process of the command outlives it), listing it in
+``CommandResult.removed``. Landlock does not govern
 metadata either: a command may ``chmod`` or ``touch`` a file it can read, ``.git``'s included (its
 names and contents stay as they are).
 

@@ -88,7 +88,11 @@ class Sandbox:
             stdin: bytes | None = None, env: dict[str, str] | None = None,
             max_output_bytes: int = 1 << 20) -> CommandResult:
         """Run ``argv`` confined, in the workspace-relative ``cwd``; never raises for what the command
-        does (a failing, hanging or hostile command is a CommandResult), only for bad arguments."""
+        does (a failing, hanging or hostile command is a CommandResult), only for bad arguments.
+
+        A command that takes the workspace over ``max_workspace_bytes`` (counted from when this sandbox
+        opened) or the fallback's ``/tmp`` over ``max_tmp_bytes`` is stopped or cleaned up after, and
+        ``limit_exceeded`` says so; ``removed`` lists what was taken out of the workspace."""
         argv = check_argv(argv)
         directory = resolve_cwd(self.policy.workspace, cwd)
         git = self.policy.workspace / ".git"
