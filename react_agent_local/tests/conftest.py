@@ -11,7 +11,7 @@ if str(PACKAGE_ROOT) not in sys.path:
 
 # Tests that run only when ``-m`` names their marker (pytest.ini describes them): CI never downloads
 # 490 MB or needs CUDA, whatever other ``-m`` expression a run is given.
-OPT_IN_MARKERS = ("network", "gpu")
+OPT_IN_MARKERS = ("network", "gpu", "unproven")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
