@@ -37,13 +37,15 @@
       dtype: ($('model-dtype') || {}).value || 'auto' };
   }
 
-  async function call(base, path, body) {
+  async function call(base, path, body, token) {
     const init = { method: body === undefined ? 'GET' : 'POST', cache: 'no-store', credentials: 'omit', mode: 'cors',
-      referrerPolicy: 'no-referrer' };
+      referrerPolicy: 'no-referrer', headers: {} };
     if (body !== undefined) {
-      init.headers = { 'Content-Type': 'application/json' };
+      init.headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(body);
     }
+    // Only the approval calls carry the operator token (react-agent.js keeps it for this runner).
+    if (token) init.headers.Authorization = 'Bearer ' + token;
     try {
       const response = await fetch(base + path, init);
       let data = null;
@@ -129,7 +131,7 @@
       state.seq = Math.max(state.seq, event.seq || 0);
       const line = describe(event);
       if (line) $('goal-events').append(el('li', {}, line));
-      if (event.type === 'approval.requested' && !state.answered.has(event.approval_id)) showQuestion(event);
+      if (event.type === 'approval.requested') await askOperator();
     }
     if (view.data.terminal) {
       $('goal-approval').hidden = true;
@@ -139,6 +141,21 @@
       return;
     }
     setTimeout(poll, 300);
+  }
+
+  function token() {
+    const page = window.ReactAgentPage;
+    return page && page.operatorToken ? page.operatorToken(state.base) : null;
+  }
+
+  // The trace names no approval id: the question is read from the runner with the operator token.
+  async function askOperator() {
+    const pending = await call(state.base, '/agent/runs/' + encodeURIComponent(state.runId) + '/approvals',
+      undefined, token());
+    if (!pending.ok) { $('goal-status').textContent = errorText(pending); return; }
+    const list = Array.isArray(pending.data) ? pending.data : (pending.data.approvals || pending.data.pending || []);
+    const open = list.find((q) => !state.answered.has(q.approval_id));
+    if (open) showQuestion(open);
   }
 
   function showQuestion(event) {
@@ -155,7 +172,7 @@
     state.question = null;
     $('goal-approval').hidden = true;
     await call(state.base, '/agent/runs/' + encodeURIComponent(state.runId) + '/approvals/' + encodeURIComponent(id),
-      { decision });
+      { decision }, token());
   }
 
   async function showChanges() {

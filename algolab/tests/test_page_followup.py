@@ -47,7 +47,9 @@ server.main(sys.argv[3:])
 """
 EVIDENCE = "obs-knowledge_search-1, obs-calculator-2, obs-plot-3"
 XSS = '<img src=x onerror="window.__xss=1">'
-FOLLOW_UP = XSS + " 最低的批次是哪一个？发布规则还满足吗？"
+# The canned Final states the average and the verdict, so the follow-up asks for those: a question it
+# does not answer ("which batch is lowest?") is refused by the claim gate, as it should be.
+FOLLOW_UP = XSS + " 平均成功率是多少？发布规则还满足吗？"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from playwright import sync_api
 
 from goal_support import make_repo, static_script
 
-from .conftest import SCREENSHOTS, Process, start_runner, write_tiny_gguf
+from .conftest import SCREENSHOTS, Process, operator_link, start_runner, write_tiny_gguf
 
 pytestmark = pytest.mark.browser
 expect = sync_api.expect
@@ -36,12 +36,12 @@ def runner(browser_tmp: Path, site_port: int, repo: Any) -> Iterator[Process]:
 
 
 @pytest.fixture
-def page(browser: Any, site: Process) -> Iterator[Any]:
+def page(browser: Any, site: Process, runner: Process) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.goto(site.base_url + "/react-agent")
+    pg.goto(operator_link(site, runner))  # the operator's link: only it can answer approvals
     yield pg
     context.close()
     assert not errors, errors
