@@ -19,6 +19,9 @@ the start of its clause. By what that phrase names:
 * **sign** -- a change verb carries the sign (``fell by 1.33``, ``下降了1.33`` state -1.33; ``rose``,
   ``上升`` +1.33); a gap word (``falls short by``, ``差距``) states a size, either sign. A change stated
   against the sign of its computation is refused;
+* **named comparison** -- a row label compared with a number (``Batch A >= 78 is True``, ``North <
+  70``): the comparison, with the truth it claims (true where it claims none), holds for that row's
+  value where the row has one;
 * **list** -- a clause with a condition (``below 72``, ``>= 72``, ``below the floor``, ``低于72``) and
   row labels: each listed row meets it, and where the clause lists several rows (or the goal asks
   which ones) and the table is complete, no row that meets it is left out; a count stated with the
@@ -529,6 +532,33 @@ def _lists(answer: str, evidence: Evidence, asks_list: bool, stated: list[Stated
 # -- all of it -------------------------------------------------------------------------------------
 
 
+_OP = r"(>=|<=|==|!=|≥|≤|>|<|=)"
+_CLAIMED = re.compile(r"\s*(?:is|为|是|:)?\s*(true|false)\b", re.IGNORECASE)
+_OPS = {"≥": ">=", "≤": "<=", "=": "=="}
+
+
+def _named_comparisons(answer: str, evidence: Evidence, labels: list[str]) -> list[Failure]:
+    """Each ``<row label> op <number>`` the answer states that is false for the row's one value."""
+    failures: list[Failure] = []
+    for label in labels:
+        pattern = re.compile(rf"(?<![\w]){re.escape(label)}\s*{_OP}\s*", re.IGNORECASE)
+        for match in pattern.finditer(answer):
+            numbers = read_numbers(answer[match.end():match.end() + 40])
+            if not numbers or numbers[0].start != 0:
+                continue
+            values = {value for _, _, value in _row_values(evidence, label, None)}
+            if len(values) != 1:
+                continue  # no value, or several columns: which one it compares is not said
+            [value] = values
+            claimed = _CLAIMED.match(answer, match.end() + numbers[0].end)
+            says = claimed is None or claimed.group(1).lower() == "true"
+            op = _OPS.get(match.group(1), match.group(1))
+            if compare(value, op, numbers[0].value) != says:
+                text = answer[match.start():(claimed.end() if claimed else match.end() + numbers[0].end)]
+                failures.append(Failure("binding", f"'{text.strip()}' is wrong: {label} is {fmt(value)}"))
+    return failures
+
+
 def bound_problems(answer: str, evidence: Evidence, *, whole: bool, goal_numbers: Iterable[float],
                    asks_list: bool, goal: str = "", skip: Iterable[float] = ()) -> list[Failure]:
     """Every number of ``answer`` that is not what its words say it is, and every list or count that
@@ -545,4 +575,4 @@ def bound_problems(answer: str, evidence: Evidence, *, whole: bool, goal_numbers
         found = found or _statistic(s, evidence, columns, whole, goal_numbers)
         if found is not None and found not in failures:
             failures.append(found)
-    return failures + _lists(answer, evidence, asks_list, stated, goal)
+    return failures + _named_comparisons(answer, evidence, labels) + _lists(answer, evidence, asks_list, stated, goal)

@@ -3,7 +3,8 @@
 ``question_kinds`` reads the goal's own words, English or Chinese, by general cues of a question
 (``how many``/``多少``/``几个``, ``which``/``哪个``/``哪些``, ``whether``/``是否``, ``by how much``/
 ``变化了多少``, ``compute``/``计算``); ``unanswered`` says what a Final leaves out: a Final whose
-only claims are bare comparisons (``X >= Y is True``), that repeats the task's own text (its goal,
+only claims are bare comparisons (``70 >= 66 is True``) or comparisons of letters standing for
+values (``X >= Y is False``), that repeats the task's own text (its goal,
 a hint, the answer form with its slots unfilled), or that states no number where a number is asked,
 no name from the evidence where a name is, no verdict where a verdict is, answers nothing.
 
@@ -44,6 +45,8 @@ _VERDICT = re.compile(
     re.IGNORECASE)
 _NONE = re.compile(r"\bnone\b|\bno\s+\w+|\bnot\s+any\b|没有|无|均未|都不", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"\{(?:number|name|[^{}]*\|[^{}]*)(?::[^{}]*)?\}")
+# A comparison of letters standing for values ("X >= Y is False"): the form of a check, not a check.
+_LETTER_COMPARISON = re.compile(r"(?<![\w.])[A-Za-z](?:\s*[+\-*/]\s*[A-Za-z])*\s*(?:>=|<=|==|!=|>|<|≥|≤|=)\s*[A-Za-z](?![\w.])")
 _WORDS = re.compile(r"[^\W\d_]+|\d+(?:\.\d+)?")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
@@ -99,6 +102,9 @@ def unanswered(answer: str, goal: str, task_texts: Iterable[str], names: Iterabl
     texts = [goal, *task_texts]
     if _PLACEHOLDER.search(answer):
         return ["the answer leaves a slot of the answer form unfilled; write the value in its place"]
+    if _LETTER_COMPARISON.search(answer):
+        return ["the answer compares letters that stand for values ('"
+                f"{_LETTER_COMPARISON.search(answer).group(0)}'), which checks nothing; compare the values themselves"]
     rest = without_comparisons(answer)
     # An equation states its result ("a + b = c"); an inequality or a claimed truth alone answers nothing.
     bare = [c for c in read_comparisons(answer) if c.op not in ("==",) or c.claimed is not None]

@@ -36,6 +36,9 @@ NAMES = ["Oslo", "Quito", "Lima"]
     ("The lowest rate is 66.5, 3.5 below the floor.", "asks for a name"),
     ("Quito is the lowest office.", "asks for a number"),
     ("Which office has the lowest resolution rate, and by how much is it below the floor?", "repeats"),
+    # letters standing for values, with words and a grounded number around them (a 0.5B follow-up)
+    ("X >= Y is False, because Quito gives 66.5; the floor is not met.", "compares letters"),
+    ("Quito is lowest at 66.5: a < b holds, 3.5 short.", "compares letters"),
 ])
 def test_a_final_that_answers_nothing_is_named(answer, missing):
     found = unanswered(answer, GOAL, [], NAMES)
