@@ -12,7 +12,7 @@ Routes (all GET; HEAD is answered like GET without a body)::
 Browser boundary (SECURITY 1-5), checked before routing by ``BoundaryMiddleware``: the Host must be
 a loopback name with this server's port (else 421 ``forbidden_host``), an Origin header must be this
 site's own origin (else 403 ``forbidden_origin``; CORS is never granted) -- the runner's checks, from
-the same ``agent.boundary.LoopbackGate`` -- and only GET/HEAD exist (else 405): nothing here changes
+the same ``agent.runner.boundary.LoopbackGate`` -- and only GET/HEAD exist (else 405): nothing here changes
 state. Every error is ``{"error": {"code", "message"}}``.
 """
 
@@ -28,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent.boundary import LoopbackGate, request_headers
+from agent.runner.boundary import LoopbackGate, request_headers
 
 from .package import (
     DEFAULT_PACKAGE_DIR,

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from agent.server import main  # noqa: E402
+from agent.runner.server import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

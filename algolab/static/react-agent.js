@@ -1588,34 +1588,34 @@
     'requirements.txt': ['Runner 与 Agent 运行所需的 Python 依赖。', '固定 pydantic、FastAPI/uvicorn、Matplotlib、BM25 检索与本地推理后端（llama.cpp）的版本范围。', '依赖装进你选择的解释器；/status 与 /models/inspect 检查的正是这个解释器。'],
     'requirements-dev.txt': ['开发与测试依赖。', '在运行依赖之上加 pytest、hypothesis、schemathesis、playwright 等。', '只在运行 tests/ 时需要，Runner 本身不依赖它们。'],
     'download_model.py': ['显式下载 Qwen2.5 模型到用户选择的目录，并写出来源清单。', '记录 repository、resolved revision、文件名、字节数与 SHA-256；下载后校验哈希。', '模型只在你运行它时下载；Runner 之后只从本地文件加载，不会自行联网。'],
-    'algolab_local_runner.py': ['Runner 的薄启动入口。', '不猜测环境，只解析参数并转交 agent/server.py 的 main，固定绑定 127.0.0.1:4890。', '浏览器实验三连接的就是它启动的 HTTP 服务。'],
-    'run.sh': ['Linux / macOS 启动脚本。', '只使用用户给定的 Python 解释器启动 Runner，不去猜虚拟环境。', '→ algolab_local_runner.py → agent/server.py。'],
-    'run.ps1': ['Windows PowerShell 启动脚本。', '与 run.sh 相同：用明确指定的 Python 启动 Runner。', '→ algolab_local_runner.py → agent/server.py。'],
+    'algolab_local_runner.py': ['Runner 的薄启动入口。', '不猜测环境，只解析参数并转交 agent/runner/server.py 的 main，固定绑定 127.0.0.1:4890。', '浏览器实验三连接的就是它启动的 HTTP 服务。'],
+    'run.sh': ['Linux / macOS 启动脚本。', '只使用用户给定的 Python 解释器启动 Runner，不去猜虚拟环境。', '→ algolab_local_runner.py → agent/runner/server.py。'],
+    'run.ps1': ['Windows PowerShell 启动脚本。', '与 run.sh 相同：用明确指定的 Python 启动 Runner。', '→ algolab_local_runner.py → agent/runner/server.py。'],
     'manifest.json': ['包的静态版本声明（名称、版本、模块号）。', '只声明版本；逐文件 bytes/SHA-256、tree SHA 与 ZIP SHA 由课程服务器从实时文件计算。', '页面顶部显示的 version 就来自这里。'],
     'task.json': ['默认任务包的任务说明：目标、必需工具与模式。', 'TaskSpec 校验它的字段；required_tools 决定证据门要求哪些工具的成功 Observation。', 'Runtime 读它组装 TASK；expected.json 不在这里。'],
     'agent/__init__.py': ['agent 包的入口。', '保持轻量：不导入 torch、transformers 或 llama_cpp，import agent 总能成功。', '被 Runner、测试与命令行共同导入。'],
     'agent/__main__.py': ['命令行入口（python -m agent）。', '可在终端直接跑一次任务或重新生成 schemas/*.json。', '与 Runner 使用同一个 Runtime。'],
-    'agent/cli.py': ['命令行运行一次任务。', '解析模型路径、任务包与预算参数，调用同一个 run_agent，并可输出 JSON 结果。', '不经过 HTTP：终端里复现浏览器实验三的同一条行动链。'],
-    'agent/schemas.py': ['生成与核对 schemas/*.json。', '从 contracts.py 的类型导出 Decision schema 与工具注册表（含 timeout_seconds），测试用它证明文件与代码一致。', 'contracts.py → schemas.py → schemas/decision.schema.json、schemas/tool_registry.json。'],
+    'agent/cli/main.py': ['命令行运行一次任务。', '解析模型路径、任务包与预算参数，调用同一个 run_agent，并可输出 JSON 结果。', '不经过 HTTP：终端里复现浏览器实验三的同一条行动链。'],
+    'agent/tools/schemas.py': ['生成与核对 schemas/*.json。', '从 contracts.py 的类型导出 Decision schema 与工具注册表（含 timeout_seconds），测试用它证明文件与代码一致。', 'contracts.py → schemas.py → schemas/decision.schema.json、schemas/tool_registry.json。'],
     'pytest.ini': ['测试配置。', '声明测试目录、标记与超时等 pytest 选项。', '运行 python -m pytest 时生效，与 Runner 运行无关。'],
     'agent/contracts.py': ['唯一的类型化契约：Decision、工具参数、Observation、Budgets、HTTP 请求体。', 'Decision 是 action | final 的封闭联合，extra="forbid" 拒绝 reasoning 等多余字段；工具参数的长度、范围与等长约束都在这里。', 'schemas/*.json 由它生成；Runtime、prompt 与 grammar 都从这里取 schema。'],
-    'agent/runtime.py': ['行动循环中枢：预算 → 生成 → 解析/修复 → 校验 → 循环保护 → 分派/重试 → Observation → 下一轮。', '执行 Final 证据门、三类 loop guard、工具超时与重试，每个 Job 以一条 run.finished 封口。', '它是唯一写 Observation 的地方；调用 model_policy 取候选 Decision，调用 tools 执行动作。'],
-    'agent/decisions.py': ['把模型续写的文本解析成 Decision。', '拼接 Runtime 前缀与模型输出，做精确字段检查，给出 code、缺失/意外字段数量（不含字段值）。', '解析失败 → decision.invalid → 同一步 repair。'],
-    'agent/model_policy.py': ['Runtime 与模型之间的一个方法接缝：ModelRequest → Generation。', '请求携带 messages、JSON 前缀、当前值的 schema、deadline 与取消事件；结果只返回文本与 token 用量。', '各后端（backends/*.py）实现它；Runtime 不知道底下是哪种模型。'],
+    'agent/core/runtime.py': ['行动循环中枢：预算 → 生成 → 解析/修复 → 校验 → 循环保护 → 分派/重试 → Observation → 下一轮。', '执行 Final 证据门、三类 loop guard、工具超时与重试，每个 Job 以一条 run.finished 封口。', '它是唯一写 Observation 的地方；调用 model_policy 取候选 Decision，调用 tools 执行动作。'],
+    'agent/models/decisions.py': ['把模型续写的文本解析成 Decision。', '拼接 Runtime 前缀与模型输出，做精确字段检查，给出 code、缺失/意外字段数量（不含字段值）。', '解析失败 → decision.invalid → 同一步 repair。'],
+    'agent/models/model_policy.py': ['Runtime 与模型之间的一个方法接缝：ModelRequest → Generation。', '请求携带 messages、JSON 前缀、当前值的 schema、deadline 与取消事件；结果只返回文本与 token 用量。', '各后端（backends/*.py）实现它；Runtime 不知道底下是哪种模型。'],
     'agent/tools.py': ['工具注册表：参数校验、分派契约与结果摘要。', '把三个工具绑定到各自的参数模型、超时与稳定 digest；ToolError 带 retryable，ArgumentError 只含字段名。', 'Runtime 在分派前调用 validate，在 no-progress guard 中使用 digest。'],
     'agent/knowledge.py': ['knowledge_search 的实现：只检索包内 knowledge/*.md。', '切块、BM25 排序、返回 citations（source_id、chunk_id、source_sha256）并从 markdown 表格与规则行解析 data。', '它的 data 成为 Observation；换一份知识文件就得到不同的数据，没有写死的数字。'],
     'agent/calculator.py': ['calculator 的实现：AST 白名单的精确算术。', '只允许数字、+ - * /、一元正负与括号；限制长度、节点数、深度与数值大小；异常都变成结构化工具错误。', '模型写出表达式，它给出 value——79 必须来自这里而不是模型心算。'],
     'agent/plotting.py': ['plot 的实现：Matplotlib Agg 画柱状图并保存 PNG artifact。', '关闭 math text 解析，固定图幅与 DPI，最多 20 根柱子；trace 里只有 artifact metadata。', '页面既用 spec 画课程图，也从 /agent/runs/{id}/artifacts/{artifact_id} 取真实 PNG。'],
-    'agent/trace.py': ['Execution trace：编号事件、800 条上限与隐私规则。', '每个事件带 seq、type、step、attempt、phase、elapsed_ms；写入前脱敏绝对路径与用户名；导出过滤隐藏推理键。', '页面按 after_seq 增量读取的就是这些事件。'],
-    'agent/metrics.py': ['运行结束后的确定性指标。', '用 counters、usage 与 data/expected.json 计算 Task Success、Valid Action Rate 等；分母为 0 返回 null。', '只在 run.finished 之前被调用一次；expected.json 不进入 prompt 或工具。'],
-    'agent/prompting.py': ['模型可见状态与当前分支的 JSON 前缀。', '任务、最近 10 条 Observation（每条约 3000 字符）、最近 4 条反馈与剩余预算，按只追加的顺序排布以复用 KV cache。', 'Runtime 每一步调用它组装 messages；Decision Summary 也在这里按缺口生成。'],
-    'agent/packs.py': ['任务包：task.json + knowledge/ + data/expected.json。', 'default 包是包根目录；其他包位于 packs/<name>/，按名字查找。', 'Runner 的 /schema 列出可选任务包；页面的“任务包”下拉框来自这里。'],
-    'agent/server.py': ['Runner 的 loopback HTTP API。', 'status、schema、模型检查/卸载、创建/轮询/取消 Job、SSE 事件流与 artifact；Host 与 Origin 白名单、JSON content type、256 KiB 请求体上限、慢客户端的读超时。', '浏览器直接请求它；它把 Job 交给 job_store 串行执行。'],
-    'agent/runner_workspace.py': ['Runner 上工作区工具的边界。', '工作区目录、批准策略与期限都由启动 Runner 的人决定（--workspace、--approval、--approval-seconds）；自带模板的任务包总在运行目录里的新副本上工作；请求只能收紧策略、缩小工具，永远不能指定目录或关闭沙箱。', 'server.py 在排队前检查请求，job_store 据此生成每个 Job 的 WorkspaceOptions。'],
-    'agent/approvals.py': ['谁能批准一条有风险的命令。', 'ask_operator 先把 approval.requested 写进 trace，再等到期限；CLI 用终端 y/N，Runner 用 ApprovalDesk 等页面批准卡片的回答（每个问题只答一次、只属于一个 run、过期即拒绝）。', 'bash 工具评级后调用它；结果是 trace 里的 approval.decided。'],
-    'agent/job_store.py': ['异步 Job 的生命周期。', '维护 queued / running / 终态、取消事件与公开快照；queued 取消也会追加 run.finished。每个 Job 的事件只追加在内存列表里，读取从不等待 worker 或磁盘写入。', 'server.py 创建与查询 Job，worker 调用 runtime.run_agent；SSE 流在新事件到达时被唤醒。'],
-    'agent/streaming.py': ['运行事件的 Server-Sent Events。', '每个 trace 事件是一条 SSE 事件（id = seq）；断线后用 Last-Event-ID 或 after_seq 续传，不丢不重；同时打开的流有上限，不读数据的客户端会被超时断开。', '页面用 EventSource 跟随运行，打不开时退回 after_seq 轮询。'],
-    'agent/telemetry.py': ['可选的 OpenTelemetry 导出（默认关闭）。', '从 trace 事件生成 invoke_agent / chat / execute_tool span，属性遵循 GenAI 语义约定；不含模型原文、prompt、路径或秘密。', '设置 OTEL_EXPORTER_OTLP_ENDPOINT 或 --otel-file 时由 job_store 的事件观察者驱动。'],
+    'agent/contracts/trace.py': ['Execution trace：编号事件、800 条上限与隐私规则。', '每个事件带 seq、type、step、attempt、phase、elapsed_ms；写入前脱敏绝对路径与用户名；导出过滤隐藏推理键。', '页面按 after_seq 增量读取的就是这些事件。'],
+    'agent/core/metrics.py': ['运行结束后的确定性指标。', '用 counters、usage 与 data/expected.json 计算 Task Success、Valid Action Rate 等；分母为 0 返回 null。', '只在 run.finished 之前被调用一次；expected.json 不进入 prompt 或工具。'],
+    'agent/prompts/prompting.py': ['模型可见状态与当前分支的 JSON 前缀。', '任务、最近 10 条 Observation（每条约 3000 字符）、最近 4 条反馈与剩余预算，按只追加的顺序排布以复用 KV cache。', 'Runtime 每一步调用它组装 messages；Decision Summary 也在这里按缺口生成。'],
+    'agent/task/packs.py': ['任务包：task.json + knowledge/ + data/expected.json。', 'default 包是包根目录；其他包位于 packs/<name>/，按名字查找。', 'Runner 的 /schema 列出可选任务包；页面的“任务包”下拉框来自这里。'],
+    'agent/runner/server.py': ['Runner 的 loopback HTTP API。', 'status、schema、模型检查/卸载、创建/轮询/取消 Job、SSE 事件流与 artifact；Host 与 Origin 白名单、JSON content type、256 KiB 请求体上限、慢客户端的读超时。', '浏览器直接请求它；它把 Job 交给 job_store 串行执行。'],
+    'agent/coding/runner_workspace.py': ['Runner 上工作区工具的边界。', '工作区目录、批准策略与期限都由启动 Runner 的人决定（--workspace、--approval、--approval-seconds）；自带模板的任务包总在运行目录里的新副本上工作；请求只能收紧策略、缩小工具，永远不能指定目录或关闭沙箱。', 'server.py 在排队前检查请求，job_store 据此生成每个 Job 的 WorkspaceOptions。'],
+    'agent/coding/approvals.py': ['谁能批准一条有风险的命令。', 'ask_operator 先把 approval.requested 写进 trace，再等到期限；CLI 用终端 y/N，Runner 用 ApprovalDesk 等页面批准卡片的回答（每个问题只答一次、只属于一个 run、过期即拒绝）。', 'bash 工具评级后调用它；结果是 trace 里的 approval.decided。'],
+    'agent/runner/job_store.py': ['异步 Job 的生命周期。', '维护 queued / running / 终态、取消事件与公开快照；queued 取消也会追加 run.finished。每个 Job 的事件只追加在内存列表里，读取从不等待 worker 或磁盘写入。', 'server.py 创建与查询 Job，worker 调用 runtime.run_agent；SSE 流在新事件到达时被唤醒。'],
+    'agent/runner/streaming.py': ['运行事件的 Server-Sent Events。', '每个 trace 事件是一条 SSE 事件（id = seq）；断线后用 Last-Event-ID 或 after_seq 续传，不丢不重；同时打开的流有上限，不读数据的客户端会被超时断开。', '页面用 EventSource 跟随运行，打不开时退回 after_seq 轮询。'],
+    'agent/runner/telemetry.py': ['可选的 OpenTelemetry 导出（默认关闭）。', '从 trace 事件生成 invoke_agent / chat / execute_tool span，属性遵循 GenAI 语义约定；不含模型原文、prompt、路径或秘密。', '设置 OTEL_EXPORTER_OTLP_ENDPOINT 或 --otel-file 时由 job_store 的事件观察者驱动。'],
     'data/expected.json': ['评分用的 ground truth。', '保存四个批次的数值、阈值、calculator=79、plot spec 与回答关键词、受保护的终止原因。', '只被 metrics.py 在运行结束后读取，永远不进入 LLM、检索结果或工具参数。'],
   };
 
@@ -1623,7 +1623,7 @@
     if (EXPLAIN[path]) return EXPLAIN[path];
     const name = path.split('/').pop();
     const top = path.includes('/') ? path.split('/')[0] : '';
-    if (path.startsWith('agent/backends/')) {
+    if (path.startsWith('agent/models/backends/')) {
       if (name === '__init__.py') return ['后端注册与选择。', '按模型路径与可用依赖选择 llama.cpp 或 transformers 后端；重依赖只在各自模块内导入。', 'model_policy 的接缝之下：Runner 通过它得到一个 Policy。'];
       if (name.includes('llama')) return ['llama.cpp 后端（GGUF）。', '在 CPU 上快速推理；用 JSON schema 生成 grammar 约束输出，在 JSON 对象结束处停止，并复用前缀 KV cache。', '实现 Policy.generate，给 Runtime 返回续写文本与 token 用量。'];
       if (name.includes('transformers')) return ['Hugging Face transformers 后端。', '只用 local_files_only 从本地目录加载，不执行远程代码；应用 chat template 与 Runtime 前缀。', '实现 Policy.generate，给 Runtime 返回续写文本与 token 用量。'];
@@ -1632,7 +1632,7 @@
     }
     if (top === 'prompts') {
       const which = { 'system.md': '系统提示：角色、工具列表与输出规则。', 'action.md': 'action 分支的指令：只补全当前工具的参数值。', 'final.md': 'final 分支的指令：引用证据写出答案。', 'repair.md': 'repair 提示：只给校验错误与 schema，不回灌无效正文。', 'tool_hints.md': '每个工具的一行使用提示。' }[name];
-      return [which || 'prompt 模板。', '由 agent/prompting.py 读取并填入任务、Observation、反馈与预算。', '它约束模型能怎样续写；真正的校验仍由 contracts.py 与 Runtime 完成。'];
+      return [which || 'prompt 模板。', '由 agent/prompts/prompting.py 读取并填入任务、Observation、反馈与预算。', '它约束模型能怎样续写；真正的校验仍由 contracts.py 与 Runtime 完成。'];
     }
     if (top === 'schemas') {
       const which = { 'decision.schema.json': 'Decision 的 JSON Schema：只有 action 与 final 两个分支。', 'tool_registry.json': '工具注册表：每个工具的参数 schema 与 timeout_seconds。' }[name];

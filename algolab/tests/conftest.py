@@ -63,8 +63,8 @@ def small_package(tmp_path: Path, outside_dir: Path) -> Path:
         "requirements.txt": "pydantic>=2\n",
         "run.sh": "#!/bin/sh\nexec python algolab_local_runner.py \"$@\"\n",
         "agent/__init__.py": "",
-        "agent/runtime.py": "def run():\n    return '<script>alert(1)</script>'\n",
-        "agent/backends/scripted.py": "# test policy\n",
+        "agent/core/runtime.py": "def run():\n    return '<script>alert(1)</script>'\n",
+        "agent/models/backends/scripted.py": "# test policy\n",
         "prompts/system.md": "You are an agent.\n",
         "schemas/decision.schema.json": "{}\n",
         "knowledge/说明.md": "# 知识\n中文内容。\n",
@@ -163,7 +163,7 @@ def start_runner(tmp: Path, site_port: int, script: list[Any] | None, extra_args
 
 def operator_link(site: Process, runner: Process) -> str:
     """The lab page as the runner's start banner links it: the runner and its token in the fragment."""
-    from agent.operator_token import page_link
+    from agent.runner.operator_token import page_link
 
     return page_link(site.base_url, runner.base_url, runner.token)
 

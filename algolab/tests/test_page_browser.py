@@ -368,11 +368,11 @@ def test_source_browser_per_file_download_and_zip(page: Any, site: Process) -> N
     opened = "README.md" if "README.md" in paths else next(f["path"] for f in manifest["files"] if f["role"] == "root")
     expect(page.locator("#src-path")).to_have_text(opened)  # opened by default
 
-    page.click('#src-tree button.file[data-path="agent/runtime.py"]')
-    expect(page.locator("#src-path")).to_have_text("agent/runtime.py")
+    page.click('#src-tree button.file[data-path="agent/core/runtime.py"]')
+    expect(page.locator("#src-path")).to_have_text("agent/core/runtime.py")
     expect(page.locator("#src-explain")).to_contain_text("行动循环中枢")
     expect(page.locator("#src-explain")).to_contain_text("在行动链中的位置")
-    served = httpx.get(site.base_url + "/api/react-agent/example/file", params={"path": "agent/runtime.py"}).text
+    served = httpx.get(site.base_url + "/api/react-agent/example/file", params={"path": "agent/core/runtime.py"}).text
     expect(page.locator("#src-content")).to_have_text(served, timeout=10_000)
     shot(page, "14-source-browser-runtime", "#source .source-browser")
 
@@ -383,13 +383,13 @@ def test_source_browser_per_file_download_and_zip(page: Any, site: Process) -> N
     generic = page.evaluate("p => window.ReactAgentPage.explainFor(p)", "newfolder/new_file.py")
     assert "newfolder/" in generic[0]
     for path in ("prompts/system.md", "schemas/tool_registry.json", "knowledge/x.md", "tests/test_y.py",
-                 "agent/backends/llama_cpp.py", "agent/backends/other.py"):
+                 "agent/models/backends/llama_cpp.py", "agent/backends/other.py"):
         assert all(page.evaluate("p => window.ReactAgentPage.explainFor(p)", path))
 
     # Per-file download: the bytes match the manifest.
-    page.click('#src-tree button.file[data-path="agent/runtime.py"]')
+    page.click('#src-tree button.file[data-path="agent/core/runtime.py"]')
     entry = next(f for f in httpx.get(site.base_url + "/api/react-agent/example/manifest").json()["files"]
-                 if f["path"] == "agent/runtime.py")
+                 if f["path"] == "agent/core/runtime.py")
     with page.expect_download() as dl_info:
         page.click("#src-download")
     data = Path(dl_info.value.path()).read_bytes()

@@ -2,7 +2,7 @@
 session on the runner, and the follow-up's own run streams into the timeline; its Final cites the
 first turn's evidence. A real site and a real runner process with the scripted test policy.
 
-The runner here is the package's ``agent.server.main`` with one change, made in the child process: its
+The runner here is the package's ``agent.runner.server.main`` with one change, made in the child process: its
 scripted policy answers whatever the runtime asks next (the tool of a guided step, or the answer), as
 ``tests/test_server_sessions.py`` does in-process. A script file gives every job the same outputs from
 its first, and a follow-up's first request is for the answer, not for a search."""
@@ -28,8 +28,8 @@ RUNNER = r"""
 import sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from agent import server
-from agent.backends.scripted import ScriptedPolicy
-from agent.packs import load_pack
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.task.packs import load_pack
 from runtime_helpers import chain_outputs
 
 CHAIN = chain_outputs(load_pack(None))

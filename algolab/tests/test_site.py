@@ -115,8 +115,8 @@ def test_unknown_route_is_a_json_404(client: TestClient) -> None:
 # --------------------------------------------------------------------------------------------
 
 EXPECTED_FILES = {
-    "README.md", "manifest.json", "requirements.txt", "run.sh", "agent/__init__.py", "agent/runtime.py",
-    "agent/backends/scripted.py", "prompts/system.md", "schemas/decision.schema.json", "knowledge/说明.md",
+    "README.md", "manifest.json", "requirements.txt", "run.sh", "agent/__init__.py", "agent/core/runtime.py",
+    "agent/models/backends/scripted.py", "prompts/system.md", "schemas/decision.schema.json", "knowledge/说明.md",
     "data/expected.json", "data/logo.bin", "tests/test_x.py", "extras/notes.txt",
 }
 
@@ -133,12 +133,12 @@ def test_manifest_lists_exactly_the_live_files(client: TestClient) -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", manifest["generated_at"])
     assert [s["path"] for s in manifest["skipped"]] == ["big.bin"]
     roles = {f["path"]: f["role"] for f in manifest["files"]}
-    assert roles["README.md"] == "root" and roles["agent/runtime.py"] == "agent"
+    assert roles["README.md"] == "root" and roles["agent/core/runtime.py"] == "agent"
     assert roles["prompts/system.md"] == roles["schemas/decision.schema.json"] == "contracts"
     assert roles["knowledge/说明.md"] == roles["data/expected.json"] == "knowledge"
     assert roles["tests/test_x.py"] == "tests" and roles["extras/notes.txt"] == "other"
     langs = {f["path"]: f["language"] for f in manifest["files"]}
-    assert langs["agent/runtime.py"] == "python" and langs["README.md"] == "markdown" and langs["run.sh"] == "shell"
+    assert langs["agent/core/runtime.py"] == "python" and langs["README.md"] == "markdown" and langs["run.sh"] == "shell"
     for entry in manifest["files"]:
         assert set(entry) >= {"path", "bytes", "sha256", "language", "download_path", "role"}
         assert entry["download_path"].startswith(FILE + "?path=") and entry["download_path"].endswith("&download=1")
@@ -188,7 +188,7 @@ def test_zip_layout_is_relative_sorted_unique_and_deterministic(client: TestClie
 
 
 def test_file_endpoint_content_types_and_download(client: TestClient) -> None:
-    text = client.get(FILE, params={"path": "agent/runtime.py"})
+    text = client.get(FILE, params={"path": "agent/core/runtime.py"})
     assert text.status_code == 200
     assert text.headers["content-type"] == "text/plain; charset=utf-8"
     assert text.headers["content-disposition"].startswith("inline")
@@ -213,7 +213,7 @@ def test_the_tree_is_read_live(client: TestClient, small_package: Path) -> None:
     assert after["zip_sha256"] != before["zip_sha256"] and after["tree_sha256"] != before["tree_sha256"]
     paths = {f["path"] for f in after["files"]}
     assert "agent/new_module.py" in paths and "tests/test_x.py" not in paths
-    assert client.get(FILE, params={"path": "agent/runtime.py"}).text == "def run():\n    return 2\n"
+    assert client.get(FILE, params={"path": "agent/core/runtime.py"}).text == "def run():\n    return 2\n"
     assert client.get(FILE, params={"path": "agent/new_module.py"}).text == "X = 1\n"
     assert_error(client.get(FILE, params={"path": "tests/test_x.py"}), 404, "not_found")
     with zipfile.ZipFile(io.BytesIO(client.get(ZIP).content)) as zf:
@@ -238,7 +238,7 @@ TRAVERSAL_QUERIES = [
     "path=%252e%252e%252fREADME.md", "path=..%2fx", "path=..%5cx", "path=..\\x", "path=C:/x", "path=C:x",
     "path=c:%5cwindows", "path=//server/share", "path=%5c%5cserver%5cshare", "path=NUL", "path=sub/CON.txt",
     "path=con", "path=agent/aux.py", "path=x%00.py", "path=README.md%00", "path=readme.md", "path=README.MD",
-    "path=Agent/runtime.py", "path=README.md.", "path=agent/runtime.py.", "path=README.md%20", "path=",
+    "path=Agent/runtime.py", "path=README.md.", "path=agent/core/runtime.py.", "path=README.md%20", "path=",
     "", "path=.", "path=./README.md", "path=agent//runtime.py", "path=agent/./runtime.py", "path=agent/",
     "path=/README.md", "path=README.md&path=run.sh", "path=%2FREADME.md", "path=README.md%0a",
     "path=file:///etc/passwd", "path=react_agent_local/README.md", "path=agent%2fruntime.py%2f..%2f..%2fx",
@@ -288,8 +288,8 @@ def test_a_file_swapped_for_a_symlink_after_the_scan_is_not_read(small_package: 
     target = small_package / "agent" / "runtime.py"
     target.unlink()
     target.symlink_to(outside_dir / "secret.txt")
-    assert package_module._read_regular(small_package, "agent/runtime.py", 1 << 20) is None
-    assert "agent/runtime.py" not in pkg.snapshot().files
+    assert package_module._read_regular(small_package, "agent/core/runtime.py", 1 << 20) is None
+    assert "agent/core/runtime.py" not in pkg.snapshot().files
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,7 +457,7 @@ def test_the_repository_package_is_served_consistently() -> None:
     declared = json.loads((PACKAGE_DIR / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["version"] == declared["version"] and manifest["module"] == "No.17"
     paths = {f["path"] for f in manifest["files"]}
-    assert {"manifest.json", "agent/contracts.py", "agent/runtime.py"} <= paths
+    assert {"manifest.json", "agent/contracts.py", "agent/core/runtime.py"} <= paths
     for part in (".git", ".runs", ".venv", "__pycache__", "models", ".pytest_cache"):
         assert not any(part in p.split("/") for p in paths), part
     assert not any(p.endswith(".pyc") for p in paths)

@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 
-from agent.backends import load_policy, unload_all  # noqa: E402
-from agent.contracts import Budgets, Sampling  # noqa: E402
-from agent.model_policy import ModelRequest  # noqa: E402
-from agent.packs import load_pack  # noqa: E402
-from agent.runtime import run_agent  # noqa: E402
+from agent.models.backends import load_policy, unload_all  # noqa: E402
+from agent.contracts.budgets import Budgets, Sampling  # noqa: E402
+from agent.models.model_policy import ModelRequest  # noqa: E402
+from agent.task.packs import load_pack  # noqa: E402
+from agent.core.runtime import run_agent  # noqa: E402
 
 
 def p90(values: list[float]) -> float:
@@ -84,6 +84,7 @@ class NewInformation:
 
     def __init__(self, policy: Any):
         self.policy, self.description = policy, policy.description
+        self.proposes_arguments = policy.proposes_arguments
         self.previous: list[int] | None = None
         self.first: list[int] | None = None
         self.new: list[int] = []

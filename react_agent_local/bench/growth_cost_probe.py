@@ -14,7 +14,7 @@ import runpy
 import sys
 import time
 
-import agent.backends.llama_cpp as backend
+import agent.models.backends.llama_cpp as backend
 
 _fit = backend.LlamaCppPolicy._fit
 grows: list[tuple[int, int, int, float]] = []

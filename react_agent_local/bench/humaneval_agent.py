@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from humaneval_single_shot import read_report, wilson  # noqa: E402
 
-from agent.backends import load_policy  # noqa: E402
-from agent.contracts import Budgets, Sampling  # noqa: E402
+from agent.models.backends import load_policy  # noqa: E402
+from agent.contracts.budgets import Budgets, Sampling  # noqa: E402
 from agent.evaluation.suite import run_one  # noqa: E402
 from agent.families.humaneval.generator import generate_packs  # noqa: E402
-from agent.packs import TaskPack  # noqa: E402
+from agent.task.packs import TaskPack  # noqa: E402
 
 
 def main() -> None:

@@ -71,9 +71,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agent.backends.llama_cpp import DEFAULT_N_CTX, physical_cores
-from agent.backends.locate import locate_model
-from agent.contracts import Budgets, Sampling
+from agent.models.backends.llama_cpp import DEFAULT_N_CTX, physical_cores
+from agent.models.backends.locate import locate_model
+from agent.contracts.budgets import Budgets, Sampling
 from agent.families.humaneval.generator import STUB_BODY, pack_files
 from agent.families.humaneval.grading import check_solution
 from agent.families.humaneval.problems import Problem, subset

@@ -23,12 +23,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from agent.backends import load_policy
+from agent.models.backends import load_policy
 from agent.evaluation.report import wilson_interval
 from agent.families.humaneval.generator import CODE_PROMPT
 from agent.families.humaneval.grading import check_solution
 from agent.families.humaneval.problems import Problem, subset
-from agent.model_policy import ModelRequest
+from agent.models.model_policy import ModelRequest
 
 # the same words as the agent's first version is asked with (the family's code prompt)
 INSTRUCTION = CODE_PROMPT.replace("{code}", "{prompt}")

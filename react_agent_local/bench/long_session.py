@@ -23,7 +23,7 @@ asked, new questions right / asked, median seconds per turn. ``--out`` writes al
     ../.venv/bin/python bench/long_session.py --policy scripted --turns 6 --threshold 0.02   # no model
 
 The model is ``--model`` (default: the downloaded 1.5B, ``model_choice.default_model``), loaded once.
-``--policy scripted`` puts the scripted test policy (``agent/backends/scripted.py``) in its place,
+``--policy scripted`` puts the scripted test policy (``agent/models/backends/scripted.py``) in its place,
 so the script itself can be tested: it looks a fact up unless the prompt shows it in a citable
 Observation, answers from what it is shown and writes the handoff summary; its report names
 ``scripted-test-policy`` and measures the runtime, never a model.
@@ -45,11 +45,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.contracts import Budgets, Sampling
+from agent.contracts.budgets import Budgets, Sampling
 from agent.families.fact_arithmetic.generator import generate_packs
-from agent.metrics import states_number
-from agent.model_choice import default_model
-from agent.packs import TaskPack
+from agent.core.metrics import states_number
+from agent.models.model_choice import default_model
+from agent.task.packs import TaskPack
 from agent.sessions.compaction import Budget, CompactionSettings, context_tokens
 from agent.sessions.store import SessionStore
 from agent.sessions.turns import NOTE, Conversation
@@ -195,10 +195,10 @@ def scripted_step(request: Any) -> str:
 
 def load_model(args: argparse.Namespace) -> Any:
     if args.policy == "scripted":
-        from agent.backends.scripted import ScriptedPolicy
+        from agent.models.backends.scripted import ScriptedPolicy
 
         return ScriptedPolicy([scripted_step] * (60 * args.turns))
-    from agent.backends import load_policy
+    from agent.models.backends import load_policy
 
     model = args.model or default_model()
     if model is None:

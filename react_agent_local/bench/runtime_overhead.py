@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from agent.backends.scripted import ScriptedPolicy  # noqa: E402
-from agent.contracts import Budgets  # noqa: E402
-from agent.packs import load_pack  # noqa: E402
-from agent.runtime import run_agent  # noqa: E402
+from agent.models.backends.scripted import ScriptedPolicy  # noqa: E402
+from agent.contracts.budgets import Budgets  # noqa: E402
+from agent.task.packs import load_pack  # noqa: E402
+from agent.core.runtime import run_agent  # noqa: E402
 from runtime_helpers import chain_outputs  # noqa: E402
 
 

@@ -26,8 +26,8 @@ from agent.sandbox import SandboxPolicy, open_sandbox  # noqa: E402
 from agent.sandbox.policy import base_environment  # noqa: E402
 from agent.sandbox.process import run_process  # noqa: E402
 from agent.tools import ToolContext  # noqa: E402
-from agent.tools.files import run_op  # noqa: E402
-from agent.workspace import Workspace  # noqa: E402
+from agent.coding.tools.files import run_op  # noqa: E402
+from agent.coding.workspace import Workspace  # noqa: E402
 
 
 def file_operation(sandbox: object, workspace: Path) -> Callable[[], object]:

@@ -28,10 +28,11 @@ from typing import Any
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from agent.backends import load_model, unload_all  # noqa: E402
-from agent.contracts import Budgets, LocalModelSpec, OpenAICompatibleSpec, Sampling  # noqa: E402
-from agent.packs import load_pack  # noqa: E402
-from agent.runtime import run_agent  # noqa: E402
+from agent.models.backends import load_model, unload_all  # noqa: E402
+from agent.contracts.budgets import Budgets, Sampling  # noqa: E402
+from agent.models.providers import LocalModelSpec, OpenAICompatibleSpec
+from agent.task.packs import load_pack  # noqa: E402
+from agent.core.runtime import run_agent  # noqa: E402
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.model_policy import ModelRequest
+from agent.models.model_policy import ModelRequest
 
 
 def _name(rng: random.Random, n: int = 7) -> str:
@@ -101,7 +101,7 @@ class GoalModel:
 def static_script(repo: Repo) -> list[str]:
     """A guided goal run's model outputs written out (a runner process takes strings only): read the
     failing test and the source, run the tests, the function with its fix, run them again, the Final."""
-    from agent.tools import workspace_ops as ops
+    from agent.coding.tools import workspace_ops as ops
 
     fixed = ops.function_source((repo.root / repo.source).read_text(), repo.function).replace(repo.wrong, repo.right)
     run = json.dumps({"command": "python -m pytest"})

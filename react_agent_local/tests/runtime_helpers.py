@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.contracts import Budgets, Sampling
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.contracts.budgets import Budgets, Sampling
 from agent.tools.knowledge import search_knowledge
-from agent.packs import TaskPack, load_pack
-from agent.runtime import RunOutcome, run_agent
+from agent.task.packs import TaskPack, load_pack
+from agent.core.runtime import RunOutcome, run_agent
 from agent.tools import ToolRegistry
 
 

@@ -18,12 +18,13 @@ from typing import Any, Callable
 import httpx2
 from runtime_helpers import chain_outputs
 
-from agent.backends.anthropic_client import AnthropicPolicy
-from agent.backends.openai_compatible import OpenAICompatiblePolicy
-from agent.backends.served import ServedAccess
-from agent.contracts import AnthropicSpec, Budgets, OpenAICompatibleSpec
-from agent.packs import load_pack
-from agent.runtime import RunOutcome, run_agent
+from agent.models.backends.anthropic_client import AnthropicPolicy
+from agent.models.backends.openai_compatible import OpenAICompatiblePolicy
+from agent.models.backends.served import ServedAccess
+from agent.models.providers import AnthropicSpec, OpenAICompatibleSpec
+from agent.contracts.budgets import Budgets
+from agent.task.packs import load_pack
+from agent.core.runtime import RunOutcome, run_agent
 
 BASE_URL = "http://127.0.0.1:8999/v1"
 SECRET = "sk-test-SECRET-0123456789abcdef"

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
-from agent.packs import load_pack
-from agent.server import RunnerSettings, create_app, scripted_policy_factory
+from agent.task.packs import load_pack
+from agent.runner.server import RunnerSettings, create_app, scripted_policy_factory
 from runtime_helpers import chain_outputs
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-import agent.packs
-from agent.approvals import WORKSPACE_MARK, ApprovalRequest, ask_operator, terminal_approver, visible
-from agent.event_lines import format_event
+import agent.task.packs
+from agent.coding.approvals import WORKSPACE_MARK, ApprovalRequest, ask_operator, terminal_approver, visible
+from agent.cli.event_lines import format_event
 from agent.shell_risk import grade_command
-from agent.trace import redact
+from agent.contracts.trace import redact
 from server_support import answer_approval, make_client, pending_approvals, wait_for, wait_terminal
 from workspace_support import FIXTEST_PACK, fixtest_script
 
@@ -143,7 +143,7 @@ def operator_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[st
     packs = tmp_path / "packs"
     packs.mkdir()
     for name in (FIXTEST_PACK, "fixtest_operator"):
-        shutil.copytree(agent.packs.PACKS_DIR / FIXTEST_PACK, packs / name)
+        shutil.copytree(agent.task.packs.PACKS_DIR / FIXTEST_PACK, packs / name)
     task_file = packs / "fixtest_operator" / "task.json"
     task = json.loads(task_file.read_text())
     task["id"], task["workspace"]["template"] = "fixtest_operator", None
@@ -151,7 +151,7 @@ def operator_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[st
     folder = tmp_path / "operator-repo"
     shutil.copytree(packs / FIXTEST_PACK / "workspace", folder)
     shutil.rmtree(packs / "fixtest_operator" / "workspace")
-    monkeypatch.setattr(agent.packs, "PACKS_DIR", packs)
+    monkeypatch.setattr(agent.task.packs, "PACKS_DIR", packs)
     return "fixtest_operator", folder
 
 
@@ -191,7 +191,7 @@ def test_the_runner_shows_the_operator_the_whole_command_its_paths_and_the_reaso
 
 def test_a_desk_question_is_listed_before_its_event_is_written() -> None:
     """The page reads the question as soon as it sees the event: the desk learns of it first."""
-    from agent.approvals import ApprovalDesk
+    from agent.coding.approvals import ApprovalDesk
 
     desk, cancel, seen = ApprovalDesk(), threading.Event(), []
     approver = desk.approver("run-1", cancel)

@@ -19,17 +19,11 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from agent.backends import (
-    ContextOverflow,
-    check_weights,
-    complete_json_end,
-    inspect_model,
-    load_policy,
-    locate_model,
-    unload_all,
+from agent.models.backends import (
+    ContextOverflow, check_weights, complete_json_end, inspect_model, load_policy, locate_model, unload_all
 )
-from agent.model_policy import ModelRequest, ModelUnavailable
-from agent.packs import load_pack
+from agent.models.model_policy import ModelRequest, ModelUnavailable
+from agent.task.packs import load_pack
 from agent.tools import catalog
 from agent.tools.calculator import CALCULATOR_PATTERN
 from runtime_helpers import chain_outputs, run_scripted
@@ -209,7 +203,7 @@ def test_tensor_extents_are_checked_with_the_type_table_of_the_ggml_that_reads_t
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 
     bad = synthetic_gguf(tmp_path / "cut.gguf", truncate_data=True)
-    probe = ("import json, sys\nfrom pathlib import Path\nfrom agent.backends.headers import _Corrupt, _ggml_type_sizes, "
+    probe = ("import json, sys\nfrom pathlib import Path\nfrom agent.models.backends.headers import _Corrupt, _ggml_type_sizes, "
              "read_gguf_header\ntry:\n    read_gguf_header(Path(sys.argv[1]))\nexcept _Corrupt as exc:\n"
              "    print('refused:', exc)\nprint(json.dumps(_ggml_type_sizes()))\nprint('gguf' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe, str(bad)], capture_output=True, text=True, timeout=50,
@@ -304,7 +298,7 @@ def test_every_value_schema_compiles_to_a_grammar(value_schemas):
     leading space a value after a colon gets; broken schemas are reported as errors, not crashes."""
     import llguidance
 
-    from agent.backends.guidance import value_grammar, without_lengths_beside_patterns
+    from agent.models.backends.guidance import value_grammar, without_lengths_beside_patterns
 
     def compiles(schema, lead):
         return not llguidance.LLMatcher.validate_grammar_with_warnings(value_grammar(schema, lead))[0]
@@ -319,8 +313,8 @@ def test_every_value_schema_compiles_to_a_grammar(value_schemas):
 
 @pytest.mark.slow
 def test_guidance_on_the_real_vocab_forces_literal_text_and_masks_the_rest(value_schemas):
-    from agent.backends.guidance import Guidance
-    from agent.prompting import answer_schema
+    from agent.models.backends.guidance import Guidance
+    from agent.prompts.prompting import answer_schema
 
     vocab_only = llama_cpp.Llama(str(real_05b()), vocab_only=True, verbose=False)
     try:
@@ -522,7 +516,7 @@ def test_real_draft_goes_on_through_the_text_the_grammar_forces(real_policy, mon
     """An answer form's words between its slots are forced by the grammar. A draft that holds them
     too ("81 >= 78 is True") is verified across them in the same batch, not one batch a slot; the text
     is the model's own either way (greedy: identical)."""
-    from agent.backends import llama_cpp as backend
+    from agent.models.backends import llama_cpp as backend
 
     batches = []
     decode = backend._decode
@@ -630,7 +624,7 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state(parked, tm
     in memory."""
     import numpy as np
 
-    from agent.backends import llama_cpp as backend
+    from agent.models.backends import llama_cpp as backend
 
     scratch = tmp_path / "scratch"
     monkeypatch.setattr(backend, "scratch_folder", lambda: scratch)
@@ -683,7 +677,7 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state(parked, tm
 def test_real_state_that_does_not_read_back_after_a_growth_is_evaluated_again(tmp_path, monkeypatch):
     """A parked state that does not load (a full disk, a changed file) empties the cache: the next
     prompt is evaluated in full, never continued from a wrong state; the file is removed all the same."""
-    from agent.backends import llama_cpp as backend
+    from agent.models.backends import llama_cpp as backend
 
     scratch = tmp_path / "scratch"
     monkeypatch.setattr(backend, "scratch_folder", lambda: scratch)

@@ -244,7 +244,7 @@ def _knowledge(tmp_path: Path, seed: int) -> tuple[dict, str, str, str, list]:
     stem = _name(rng)
     (folder / f"{stem}.md").write_text(f"| {label} | {column} (%) |\n|---|---|\n"
                                        + "".join(f"| {r} | {v} |\n" for r, v in rows), encoding="utf-8")
-    from agent.tables import read_tables
+    from agent.task.tables import read_tables
 
     parsed = next(t for t in read_tables(folder) if t.source == f"{stem}.md")
     return facts, parsed.sql_name, label, column, [row[1] for row in parsed.rows]
@@ -291,7 +291,7 @@ def test_columns_and_cells_by_name_match_python_over_the_parsed_rows(tmp_path, s
             assert reference["of"] == values
     spread = _run(tmp_path, f"max(col('{table}', '{column}')) - min(col('{table}', '{column}'))")
     assert spread["value"] == (lambda d: int(d) if d.denominator == 1 else float(d))(max(exact) - min(exact))
-    from agent.tables import read_tables
+    from agent.task.tables import read_tables
 
     parsed = next(t for t in read_tables(tmp_path / "knowledge") if t.sql_name == table)
     row_label, row_value = parsed.rows[-1]
@@ -300,7 +300,7 @@ def test_columns_and_cells_by_name_match_python_over_the_parsed_rows(tmp_path, s
 
 
 def test_the_calculator_and_the_query_tool_agree(tmp_path):
-    from agent.tables import read_tables
+    from agent.task.tables import read_tables
     from agent.tools.table_query import query
 
     _, table, label, column, values = _knowledge(tmp_path, 9)
@@ -350,9 +350,9 @@ def test_only_the_three_reference_forms_are_names(expression):
 
 
 def test_a_name_with_digits_is_no_operand_and_references_are_evidence():
-    """The operand rule (agent/operands.py) checks the literals a model typed; a reference is resolved
+    """The operand rule (agent/gate/operands.py) checks the literals a model typed; a reference is resolved
     from the pack's data, so neither it nor the digits in its quoted name are typed operands."""
-    from agent.operands import ungrounded_operands
+    from agent.gate.operands import ungrounded_operands
 
     assert ungrounded_operands("facts['alpha 2031'] / facts['beta 2031']", [], []) == []
     assert ungrounded_operands("max(col('t_2031', 'Q3 share')) - min(col('t_2031', 'Q3 share'))", [], []) == []

@@ -1,4 +1,4 @@
-"""Repairs of what weak models send as a tool call (``agent/backends/call_repair.py``): unit tests
+"""Repairs of what weak models send as a tool call (``agent/models/backends/call_repair.py``): unit tests
 of every shape, then the default pack through the real runtime against a real loopback HTTP server
 (``loopback_server.py``) that answers each call in one of those shapes, for both protocols. The run
 must complete with Task Success, the trace must list each repair (kind, SHA-256 of the text as it
@@ -22,21 +22,15 @@ from served_support import (
     run,
 )
 
-from agent.backends.anthropic_client import AnthropicPolicy
-from agent.backends.call_repair import (
-    CallFault,
-    Repairs,
-    changed_fields,
-    cut_inside_value,
-    misfit,
-    recover_call,
-    repair_arguments,
-    repair_final,
-    unwrap,
+from agent.models.backends.anthropic_client import AnthropicPolicy
+from agent.models.backends.call_repair import (
+    CallFault, Repairs, changed_fields, cut_inside_value, misfit, recover_call, repair_arguments, repair_final,
+    unwrap
 )
-from agent.backends.openai_compatible import OpenAICompatiblePolicy
-from agent.backends.served import Reply, ToolCall, interpret
-from agent.contracts import AnthropicSpec, CallRepair, OpenAICompatibleSpec
+from agent.models.backends.openai_compatible import OpenAICompatiblePolicy
+from agent.models.backends.served import Reply, ToolCall, interpret
+from agent.models.providers import AnthropicSpec, OpenAICompatibleSpec
+from agent.contracts.decision import CallRepair
 from agent.tools import registry_for
 
 ARGS = chain_arguments()
@@ -255,7 +249,7 @@ def test_a_final_written_as_a_decision_in_the_content():
 # -- interpret: one reply, every repair counted and described ----------------------------------------
 
 def test_interpret_counts_each_repair_of_one_reply():
-    from agent.backends.served import ToolDef
+    from agent.models.backends.served import ToolDef
 
     tools = [ToolDef("calculator", "", CALC)]
     wrapped = json.dumps(json.dumps(CALL))

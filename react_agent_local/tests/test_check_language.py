@@ -1,4 +1,4 @@
-"""The check language (agent/check_language.py): what a pack may write where the runtime works a value
+"""The check language (agent/gate/check_language.py): what a pack may write where the runtime works a value
 out -- arithmetic over evidence paths, named thresholds of a record, the whitelisted functions -- and
 everything outside the whitelist refused before anything is evaluated."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.check_language import CheckLanguageError, evaluate, holds, outer_function, parse, path_values
-from agent.claims import resolve
-from agent.contracts import Observation
+from agent.gate.check_language import CheckLanguageError, evaluate, holds, outer_function, parse, path_values
+from agent.gate.claims import resolve
+from agent.contracts.decision import Observation
 
 
 def obs(tool: str, result: dict, n: int = 1) -> Observation:
@@ -184,9 +184,9 @@ def test_the_outer_function():
 def test_a_bound_slot_admits_only_the_value_its_expression_has_on_the_evidence():
     import re as _re
 
-    from agent.claims import bound_forms
-    from agent.contracts import Observation
-    from agent.prompting import answer_form_pattern
+    from agent.gate.claims import bound_forms
+    from agent.contracts.decision import Observation
+    from agent.prompts.prompting import answer_form_pattern
 
     form = "The gap is {number:calculator.value} and the lowest is {number} in {name:argmin(record.values)}"
     calc = Observation(id="obs-calculator-2", tool="calculator", ok=True, result={"expression": "80 - 12.25", "value": 67.75})
@@ -225,7 +225,7 @@ def test_path_values_are_the_evidence_numbers_an_expression_reads():
     ("records[0].values.North * (1 + 4 / 100) ** 3", "72 * ((1 + 4 / 100) * (1 + 4 / 100) * (1 + 4 / 100))"),
 ])
 def test_worked_out_puts_the_evidence_into_an_expression(text, shown):
-    from agent.check_language import worked_out
+    from agent.gate.check_language import worked_out
 
     assert worked_out(text, TWO_RECORDS) == shown
     # what it shows computes what the expression computes, and the calculator takes it
@@ -236,7 +236,7 @@ def test_worked_out_puts_the_evidence_into_an_expression(text, shown):
 
 
 def test_worked_out_is_none_where_a_part_is_unknown_or_no_number():
-    from agent.check_language import worked_out
+    from agent.gate.check_language import worked_out
 
     assert worked_out("argmin(record.values)", EVIDENCE) is None
     assert worked_out("record.rules.ceiling - 1", EVIDENCE) is None
@@ -251,9 +251,9 @@ def test_a_slot_bound_to_a_rounding_admits_what_the_gate_admits_and_nothing_else
     """The grammar once admitted every rounding of the value; the gate only the one the binding names."""
     import re as _re
 
-    from agent.claims import bound_forms, number_forms, slot_values
-    from agent.contracts import Observation
-    from agent.prompting import answer_form_pattern
+    from agent.gate.claims import bound_forms, number_forms, slot_values
+    from agent.contracts.decision import Observation
+    from agent.prompts.prompting import answer_form_pattern
 
     form = f"The result is {{number:{expression}}}."
     calc = [Observation(id="obs-calculator-1", tool="calculator", ok=True, result={"expression": "x", "value": value})]

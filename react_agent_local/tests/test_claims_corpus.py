@@ -25,10 +25,11 @@ from typing import Any
 
 import pytest
 
-from agent.claims import claim_problems, resolve_checks
-from agent.contracts import AnswerGuide, Observation
+from agent.gate.claims import claim_problems, resolve_checks
+from agent.contracts.task import AnswerGuide
+from agent.contracts.decision import Observation
 from agent.families import DEFAULT_FAMILY, answer_guide
-from agent.packs import goal_language
+from agent.task.packs import goal_language
 from fractions import Fraction
 import re
 import statistics
@@ -182,8 +183,8 @@ def test_a_facts_name_that_holds_its_unit_stays_its_label():
     """A label wrapping another with three words more is a query the model wrote around a fact's name,
     and is dropped; but a fact's own name holds its unit ('Turku hospital beds 2015' holds 'beds') and
     is no query: it stays the site's name."""
-    from agent.attribution import sites
-    from agent.contracts import Observation
+    from agent.gate.attribution import sites
+    from agent.contracts.decision import Observation
 
     result = {"query": "Turku hospital beds 2015", "fact": "Turku hospital beds 2015", "value": 4535, "unit": "beds"}
     named = [s for s in sites([Observation(id="obs-lookup_fact-1", tool="lookup_fact", ok=True, result=result)])

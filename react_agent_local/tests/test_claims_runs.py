@@ -14,8 +14,8 @@ import json
 import statistics
 from pathlib import Path
 
-from agent.contracts import Budgets
-from agent.packs import TaskPack
+from agent.contracts.budgets import Budgets
+from agent.task.packs import TaskPack
 from agent.tools import pack_registry
 
 from runtime_helpers import events_of, run_scripted

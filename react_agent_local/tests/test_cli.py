@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import agent.model_choice as model_choice
-from agent.cli import main
+import agent.models.model_choice as model_choice
+from agent.cli.main import main
 
 
 def test_no_model_anywhere_runs_nothing(monkeypatch, tmp_path, capsys):

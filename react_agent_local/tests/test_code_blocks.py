@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends import code_block_end
-from agent.backends.guidance import value_grammar
-from agent.backends.scripted import ScriptedPolicy
-from agent.contracts import CODE_MAX_NEW_TOKENS, Budgets, Observation
+from agent.models.backends import code_block_end
+from agent.models.backends.guidance import value_grammar
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.contracts.budgets import CODE_MAX_NEW_TOKENS, Budgets
+from agent.contracts.decision import Observation
 from agent.families.humaneval.generator import generate_packs
 from agent.families.humaneval.problems import subset
-from agent.model_policy import CODE_FENCE, CODE_FENCE_END, code_value
-from agent.packs import TaskPack
-from agent.runtime import run_agent
-from agent.prompting import FAILED_TURN
-from agent.workspace_evidence import doctest_failures, failure_summary
+from agent.models.model_policy import CODE_FENCE, CODE_FENCE_END, code_value
+from agent.task.packs import TaskPack
+from agent.core.runtime import run_agent
+from agent.prompts.prompting import FAILED_TURN
+from agent.coding.workspace_evidence import doctest_failures, failure_summary
 
 
 def block(arguments: dict, code: str) -> str:
@@ -65,7 +66,7 @@ def test_the_grammar_holds_the_other_arguments_then_the_block(tmp_path):
 
 def test_the_grammar_compiles_with_the_models_tokenizer():
     llama_cpp = pytest.importorskip("llama_cpp")
-    from agent.backends.guidance import Guidance
+    from agent.models.backends.guidance import Guidance
 
     model = sorted(Path.home().glob(".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/*.gguf"))
     assert model, "the 0.5B GGUF is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf downloads it"
@@ -83,8 +84,8 @@ def test_a_diagnosis_grammar_compiles_for_long_lines_and_long_failed_fixes():
     pattern past what llguidance compiles; the step then ran unconstrained and the 1.5B wrote no JSON
     three times. Lines that long are no longer excluded by the grammar, so it compiles in full."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    from agent.backends.guidance import Guidance
-    from agent.workspace_evidence import MAX_EXCLUDED_CHARS, diagnosis_schema
+    from agent.models.backends.guidance import Guidance
+    from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS, diagnosis_schema
 
     model = sorted(Path.home().glob(".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/*.gguf"))
     assert model, "the 0.5B GGUF is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf downloads it"
@@ -202,7 +203,7 @@ def test_a_greedy_run_asks_again_with_sampling_after_a_change_that_changes_nothi
 def test_a_stub_is_written_with_a_body_that_is_no_stub_statement(pack, tmp_path):
     import re
 
-    from agent.workspace_evidence import def_line_pattern
+    from agent.coding.workspace_evidence import def_line_pattern
 
     stub = (pack.root / "workspace" / "solution.py").read_text()
     stub = stub[stub.index("def "):]
@@ -269,7 +270,7 @@ def test_a_code_turn_grammar_is_the_body_alone_and_compiles_with_the_models_toke
     grammar = value_grammar(schema, code_only=True)
     assert grammar.startswith("start: body\n") and "%json" not in grammar
     llama_cpp = pytest.importorskip("llama_cpp")
-    from agent.backends.guidance import Guidance
+    from agent.models.backends.guidance import Guidance
 
     model = sorted(Path.home().glob(".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/*.gguf"))
     assert model, "the 0.5B GGUF is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf downloads it"

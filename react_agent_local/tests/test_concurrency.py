@@ -7,9 +7,10 @@ import threading
 import time
 from types import SimpleNamespace
 
-from agent.contracts import RunRequest, RunResult
-from agent.job_store import JobStore
-from agent.trace import Trace
+from agent.runner.requests import RunRequest
+from agent.contracts.result import RunResult
+from agent.runner.job_store import JobStore
+from agent.contracts.trace import Trace
 
 SERVED = {"model": {"kind": "openai_compatible", "base_url": "http://127.0.0.1:9/v1", "model": "qwen"}}
 LOCAL = {"model_path": "scripted"}

@@ -12,21 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.cli import main
-from agent.contracts import Budgets, FinalDecision, Observation, RunResult, Sampling
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.cli.main import main
+from agent.contracts.budgets import Budgets, Sampling
+from agent.contracts.decision import FinalDecision, Observation
+from agent.contracts.result import RunResult
 from agent.families.release_rule.generator import CASES, OPTIONS, draw_specs, fmt, generate_packs
 from agent.families.release_rule.grading import grade_expected, verdict_case
-from agent.evaluation.report import (
-    build_report,
-    quantile,
-    to_markdown,
-    wilson_interval,
-    write_chart,
-)
+from agent.evaluation.report import build_report, quantile, to_markdown, wilson_interval, write_chart
 from agent.evaluation.suite import EvalRun, resolve_packs, run_suite
-from agent.model_policy import ModelRequest
-from agent.packs import TaskPack, load_pack
+from agent.models.model_policy import ModelRequest
+from agent.task.packs import TaskPack, load_pack
 from runtime_helpers import run_scripted
 from test_general_core import ratio_outputs
 
@@ -286,7 +282,7 @@ def test_eval_loop_end_to_end_with_the_scripted_policy(tmp_path):
 
 
 def test_eval_command_writes_the_report_without_absolute_paths(tmp_path, monkeypatch, capsys):
-    from agent import backends
+    from agent.models import backends
 
     garbage = ScriptedPolicy([lambda request: "not a decision"] * 200)
     monkeypatch.setattr(backends, "load_policy", lambda *args, **kwargs: garbage)
@@ -306,7 +302,7 @@ def test_eval_command_writes_the_report_without_absolute_paths(tmp_path, monkeyp
 
 
 def test_an_interrupted_eval_still_reports_the_runs_that_finished(tmp_path, monkeypatch, capsys):
-    from agent import backends
+    from agent.models import backends
 
     def interrupt(request):
         raise KeyboardInterrupt
@@ -340,7 +336,7 @@ def test_eval_refusals_run_nothing(flags, named, tmp_path, capsys):
 def test_eval_runs_a_served_model_named_like_run_does(tmp_path, monkeypatch, capsys):
     """``eval --model openai:URL#NAME`` loads that served model once (its host allowed, as the
     operator named it) and every run of the suite gets it."""
-    from agent import backends
+    from agent.models import backends
 
     loaded = []
 

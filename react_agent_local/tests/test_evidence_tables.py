@@ -1,12 +1,12 @@
-"""The evidence read as tables, computations and thresholds (``agent/evidence_tables.py``), from results
+"""The evidence read as tables, computations and thresholds (``agent/gate/evidence_tables.py``), from results
 shaped as the tools return them."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.contracts import Observation
-from agent.evidence_tables import expression_kind, read_evidence, sql_kinds
+from agent.contracts.decision import Observation
+from agent.gate.evidence_tables import expression_kind, read_evidence, sql_kinds
 
 
 @pytest.mark.parametrize("expression,kind", [

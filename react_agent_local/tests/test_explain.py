@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.explain import DIGEST_CHARS, LABEL, ExplainRefused, explain, trace_digest
-from agent.model_policy import ModelUnavailable
-from agent.packs import load_pack
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.core.explain import DIGEST_CHARS, LABEL, ExplainRefused, explain, trace_digest
+from agent.models.model_policy import ModelUnavailable
+from agent.task.packs import load_pack
 from runtime_helpers import chain_outputs, run_scripted
 from server_support import GOOD_SCRIPT, make_client, slow_script, wait_terminal
 

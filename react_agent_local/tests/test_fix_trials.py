@@ -1,4 +1,4 @@
-"""Fix trials (``agent/fix_trials.py``) through the real runtime, the real sandbox and a generated
+"""Fix trials (``agent/coding/fix_trials.py``) through the real runtime, the real sandbox and a generated
 fix-the-test pack: a diagnosis is tried on a scratch copy before any code is written; a passing fix
 becomes the step's Decision without a code turn, a failing one is excluded, the run's workspace is
 never touched by a trial and the copies are removed."""
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.contracts import Budgets
-from agent.event_lines import format_event
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.contracts.budgets import Budgets
+from agent.cli.event_lines import format_event
 from agent.families.fixtest.generator import generate_packs
-from agent.fix_trials import WIDER_TRIALS, degenerate, trimmed, unreachable
-from agent.packs import TaskPack
-from agent.runtime import run_agent
-from agent.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
+from agent.coding.fix_trials import WIDER_TRIALS, degenerate, trimmed, unreachable
+from agent.task.packs import TaskPack
+from agent.core.runtime import run_agent
+from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
 
 
 def pack_and_fix(tmp_path: Path, seed: int = 3) -> tuple[TaskPack, dict, str, str]:

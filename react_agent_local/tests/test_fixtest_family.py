@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.cli import main
-from agent.contracts import Budgets
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.cli.main import main
+from agent.contracts.budgets import Budgets
 from agent.evaluation.suite import parse_generated, resolve_packs, run_one, run_suite
 from agent.families.fixtest.bugs import BUGS
 from agent.families.fixtest.generator import generate_packs
-from agent.model_policy import ModelRequest
-from agent.packs import PackError, TaskPack, load_pack
-from agent.runtime import run_agent
-from agent.workspace import WorkspaceOptions
-from agent.workspace_evidence import MAX_EXCLUDED_CHARS
-from agent.workspace_grading import grade_workspace
+from agent.models.model_policy import ModelRequest
+from agent.task.packs import PackError, TaskPack, load_pack
+from agent.core.runtime import run_agent
+from agent.coding.workspace import WorkspaceOptions
+from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS
+from agent.coding.workspace_grading import grade_workspace
 from runtime_helpers import events_of
 
 HAND_WRITTEN = ("fixtest_pagination", "fixtest_shipping", "fixtest_word_count")
@@ -306,7 +306,7 @@ def test_the_grader_reads_the_final_files_and_the_baseline(tmp_path):
     fix = fix_of(pack)
     outcome, _ = run(pack, guided(pack, (fix["old"], fix["new"])), tmp_path)
     check = next(c for c in pack.load_expected()["checks"] if c["type"] == "workspace_tests")
-    from agent.workspace import prepare
+    from agent.coding.workspace import prepare
 
     workspace = prepare(pack.task, pack.root, WorkspaceOptions(directory=tmp_path / "run" / "workspace"), tmp_path)
     workspace = replace(workspace, pack_root=pack.root)
@@ -430,7 +430,7 @@ def oracle(fixes: dict[tuple[str, str], dict[str, str]]):
 
 
 def test_eval_of_generated_fixtest_packs_end_to_end(tmp_path, monkeypatch, capsys):
-    from agent import backends
+    from agent.models import backends
 
     n, seed = 3, 2
     fixes = {}
@@ -528,8 +528,8 @@ def test_a_generated_pack_rewrites_the_function_the_failure_names_until_the_test
 
 
 def test_the_failure_detail_shows_the_failing_line_and_its_values():
-    from agent.contracts import Observation
-    from agent.workspace_evidence import failure_detail
+    from agent.contracts.decision import Observation
+    from agent.coding.workspace_evidence import failure_detail
 
     report = ("F.\n===== FAILURES =====\n____ test_a ____\ntests/test_a.py:7: in test_a\n    assert f(80) == 72\n"
               "E   assert 80 == 72\nE     \nE     comparison failed\n____ test_b ____\nsrc/a.py:3: in g\n"
@@ -550,7 +550,7 @@ def test_the_failure_detail_shows_the_failing_line_and_its_values():
 # -- the pure parts ---------------------------------------------------------------------------------
 
 def test_differs_from_admits_every_string_but_the_lines():
-    from agent.workspace_evidence import differs_from
+    from agent.coding.workspace_evidence import differs_from
 
     lines = ["if total > 50:", "return total", "best = values[0]", "x = {a: b}"]
     pattern = re.compile(differs_from(lines, 20))
@@ -564,8 +564,8 @@ def test_differs_from_admits_every_string_but_the_lines():
 
 
 def test_the_failure_summary_names_the_error_first():
-    from agent.contracts import Observation
-    from agent.workspace_evidence import failure_summary
+    from agent.contracts.decision import Observation
+    from agent.coding.workspace_evidence import failure_summary
 
     def run_of(stdout: str, code: int = 1) -> Observation:
         return Observation(id="obs-bash-1", tool="bash", ok=True, result={"exit_code": code, "stdout": stdout})
@@ -578,7 +578,7 @@ def test_the_failure_summary_names_the_error_first():
 
 
 def test_a_rewrite_starts_with_the_old_def_line_and_docstring():
-    from agent.workspace_evidence import def_line_pattern
+    from agent.coding.workspace_evidence import def_line_pattern
 
     source = 'def f(x, y=[1]):\n    """Twice x, e.g. f(2) == 4."""\n    return x + x'
     pattern = re.compile(def_line_pattern(source))
@@ -596,7 +596,7 @@ def test_a_rewrite_starts_with_the_old_def_line_and_docstring():
 def test_a_diagnosis_never_names_a_tried_fix_again_not_even_with_a_colon_or_semicolon_changed():
     import re
 
-    from agent.workspace_evidence import diagnosis_schema
+    from agent.coding.workspace_evidence import diagnosis_schema
 
     source = ("def largest(values):\n    best = values[0]\n    for value in values[1:]:\n"
               "        if value < best:\n            best = value\n    return best\n")
@@ -622,7 +622,7 @@ def test_a_line_fixed_two_ways_that_both_failed_is_no_longer_offered_as_the_wron
     times, fixing it four ways, where the ``if`` was the bug."""
     import re
 
-    from agent.workspace_evidence import diagnosis_schema
+    from agent.coding.workspace_evidence import diagnosis_schema
 
     source = ("def final_price(amount):\n    if amount > 200:\n        return round(amount * 0.9, 2)\n"
               "    return amount\n")
@@ -645,7 +645,7 @@ def test_a_line_fixed_two_ways_that_both_failed_is_no_longer_offered_as_the_wron
 
 
 def test_after_two_failed_fixes_of_one_line_the_next_diagnosis_names_another(tmp_path):
-    from agent.workspace_evidence import blamable_lines
+    from agent.coding.workspace_evidence import blamable_lines
 
     for root in generate_packs(tmp_path / "packs", 12, seed=3):  # a bug in a function of several lines
         pack = TaskPack.load(root)
@@ -681,9 +681,9 @@ def test_the_fix_a_rewrite_wrote_is_excluded_whatever_its_diagnosis_said():
     """The 1.5B's diagnosis ran on past its fix in prose ("it must be `if n <= m:'. The test
     expects..."), so the fix it wrote was never excluded, and it wrote ``<=`` three times: the
     lines a failed rewrite wrote count as tried, read from what it wrote, comments left out."""
-    from agent.contracts import Observation
-    from agent.tools.workspace_ops import numbered
-    from agent.workspace_evidence import function_step
+    from agent.contracts.decision import Observation
+    from agent.coding.tools.workspace_ops import numbered
+    from agent.coding.workspace_evidence import function_step
 
     original = ("def limit(n, low, m):\n    \"\"\"n limited to low..m.\"\"\"\n    if n < low:\n        return low\n"
                 "    if n < m:\n        return m\n    return n")
@@ -711,9 +711,9 @@ def test_a_function_rewritten_and_failing_again_and_again_is_asked_for_anew_from
     """After ``RESPEC_AFTER`` failed rewrites the step shows the function as a stub -- its def line
     and docstring, the spec -- and asks for it as a function still to be written: no diagnosis, no
     fix trial, a body that starts with no stub statement."""
-    from agent.contracts import Observation
-    from agent.tools.workspace_ops import numbered
-    from agent.workspace_evidence import RESPEC_AFTER, function_step, stub_of
+    from agent.contracts.decision import Observation
+    from agent.coding.tools.workspace_ops import numbered
+    from agent.coding.workspace_evidence import RESPEC_AFTER, function_step, stub_of
 
     original = ("def get_page(records, number, per_page):\n    \"\"\"Page number of records (the first page is 1).\"\"\"\n"
                 "    start = number * per_page\n    return records[start:start + per_page]")
@@ -763,7 +763,7 @@ def test_after_a_compact_turn_the_next_calls_continue_after_it(tmp_path, monkeyp
     """A history past ``HISTORY_CHARS`` becomes one compact turn; the calls after it keep that turn
     and add theirs, so the model's KV cache holds it (rebuilt every step, a long fix-the-test run
     evaluated its whole prompt again each step: 6k tokens, 80 s on two cores)."""
-    import agent.prompting as prompting
+    import agent.prompts.prompting as prompting
 
     monkeypatch.setattr(prompting, "HISTORY_CHARS", 6000)
     pack = load_pack("fixtest_shipping")

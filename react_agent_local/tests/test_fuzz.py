@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``python tests/test_fuzz.py``
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.contracts import RunResult  # noqa: E402
-from agent.decisions import DecisionError, parse_decision  # noqa: E402
-from agent.job_store import JobStore  # noqa: E402
-from agent.trace import Trace, redact, redact_text  # noqa: E402
+from agent.contracts.result import RunResult  # noqa: E402
+from agent.models.decisions import DecisionError, parse_decision  # noqa: E402
+from agent.runner.job_store import JobStore  # noqa: E402
+from agent.contracts.trace import Trace, redact, redact_text  # noqa: E402
 from server_support import GOOD_SCRIPT, PACKAGE_ROOT, make_client, wait_terminal  # noqa: E402
 
 EXAMPLES = int(os.environ.get("REACT_AGENT_FUZZ_EXAMPLES", "0"))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from agent.contracts import Budgets
-from agent.packs import load_pack
+from agent.contracts.budgets import Budgets
+from agent.task.packs import load_pack
 from agent.tools import StrictArgs, Tool, catalog, registry_for
 from agent.tools.facts import load_facts
 from runtime_helpers import events_of, run_scripted, types
@@ -198,7 +198,7 @@ def test_a_new_tool_reaches_prompt_grammar_parser_and_trace(tmp_path):
 def test_a_new_tool_reaches_the_runner_schema_and_runs(tmp_path):
     from fastapi.testclient import TestClient
 
-    from agent.server import RunnerSettings, create_app, scripted_policy_factory
+    from agent.runner.server import RunnerSettings, create_app, scripted_policy_factory
 
     pack, feet = _unit_pack(tmp_path)
     packs_dir = tmp_path / "packs"
@@ -207,10 +207,10 @@ def test_a_new_tool_reaches_the_runner_schema_and_runs(tmp_path):
                               policy_factory=scripted_policy_factory(
                                   [json.dumps({"value": 100, "unit": "m"}), json.dumps(f"100 m is {feet} ft.")]),
                               test_policy=True)
-    import agent.packs
+    import agent.task.packs
 
-    original = agent.packs.PACKS_DIR
-    agent.packs.PACKS_DIR = packs_dir
+    original = agent.task.packs.PACKS_DIR
+    agent.task.packs.PACKS_DIR = packs_dir
     try:
         with TestClient(create_app(settings), base_url=BASE_URL) as client:
             names = [t["name"] for t in client.get("/schema").json()["tools"]]
@@ -221,7 +221,7 @@ def test_a_new_tool_reaches_the_runner_schema_and_runs(tmp_path):
             view = wait_terminal(client, run_id)
             assert view["status"] == "completed" and view["metrics"]["task_success"] is True
     finally:
-        agent.packs.PACKS_DIR = original
+        agent.task.packs.PACKS_DIR = original
 
 
 def test_a_pack_naming_a_tool_the_run_lacks_fails_clearly(tmp_path):
@@ -238,15 +238,15 @@ def test_registry_for_a_pack_keeps_only_its_tools():
 def test_a_run_request_may_narrow_the_packs_tools_but_never_widen_them(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
-    import agent.packs
-    from agent.server import RunnerSettings, create_app, scripted_policy_factory
+    import agent.task.packs
+    from agent.runner.server import RunnerSettings, create_app, scripted_policy_factory
 
     pack, feet = _unit_pack(tmp_path)
     task = json.loads((pack.root / "task.json").read_text(encoding="utf-8"))
     (pack.root / "task.json").write_text(json.dumps({**task, "mode": "free", "tools": ["calculator"]}), encoding="utf-8")
     packs_dir = tmp_path / "packs"
     shutil.copytree(pack.root, packs_dir / "unit_pack")
-    monkeypatch.setattr(agent.packs, "PACKS_DIR", packs_dir)
+    monkeypatch.setattr(agent.task.packs, "PACKS_DIR", packs_dir)
     script = [_free("calculator", {"expression": "100 / 0.3048"}),  # narrowed away: an unknown tool
               _free("unit_convert", {"value": 100, "unit": "m"}),
               json.dumps({"type": "final", "answer": f"100 m is {feet} ft.", "evidence_ids": ["obs-unit_convert-1"]})]
@@ -266,7 +266,7 @@ def test_a_run_request_may_narrow_the_packs_tools_but_never_widen_them(tmp_path,
 
 
 def test_a_draft_follows_the_tokens_written_and_stops_where_the_grammar_does():
-    from agent.backends.llama_cpp import DRAFT_TOKENS, _Drafter
+    from agent.models.backends.llama_cpp import DRAFT_TOKENS, _Drafter
 
     drafter = _Drafter([[10, 11, 12, 13, 14], [20, 21]])
     assert drafter.propose(None, 99) == []  # nothing written yet matches

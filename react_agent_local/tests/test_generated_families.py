@@ -16,10 +16,12 @@ from typing import Callable
 
 import pytest
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.check_language import parse
-from agent.claims import bound_slots
-from agent.contracts import Budgets, FinalDecision, Observation, RunResult
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.gate.check_language import parse
+from agent.gate.claims import bound_slots
+from agent.contracts.budgets import Budgets
+from agent.contracts.decision import FinalDecision, Observation
+from agent.contracts.result import RunResult
 from agent.evaluation.report import build_report, to_markdown
 from agent.evaluation.suite import parse_generated, resolve_packs, run_suite
 from agent.families import FAMILIES, generator
@@ -32,8 +34,8 @@ from agent.families.record_change.generator import POSITIVE as CHANGE_YES
 from agent.families.record_change.grading import right_change
 from agent.families.record_rules.generator import NEGATIVE, POSITIVE
 from agent.families.record_rules.grading import right_answer
-from agent.model_policy import ModelRequest
-from agent.packs import TaskPack
+from agent.models.model_policy import ModelRequest
+from agent.task.packs import TaskPack
 from agent.tools.facts import load_facts
 from agent.tools.knowledge import search_knowledge
 

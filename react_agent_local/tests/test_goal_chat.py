@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 import json
 
-import agent.sessions.command as command
-from agent.backends.scripted import ScriptedPolicy
-from agent.cli import main
+import agent.cli.chat as command
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.cli.main import main
 from goal_support import GoalModel, make_repo
 
 

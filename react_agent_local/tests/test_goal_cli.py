@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-import agent.cli as cli
-from agent.backends.scripted import ScriptedPolicy
-from agent.cli import main
+import agent.cli.main as cli
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.cli.main import main
 from goal_support import GoalModel, make_repo
 
 

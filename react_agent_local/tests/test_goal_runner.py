@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from agent.backends.scripted import ScriptedPolicy
+from agent.models.backends.scripted import ScriptedPolicy
 from goal_support import GoalModel, make_repo, static_script
 from server_support import RunnerProcess, make_client, wait_terminal
 

@@ -24,11 +24,11 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.contracts import RunResult
-from agent.decisions import MAX_DEPTH, DecisionError, parse_decision
-from agent.job_store import JobStore
-from agent.server import RunnerSettings, create_app, scripted_policy_factory, server_config
-from agent.trace import Trace, redact, redact_text
+from agent.contracts.result import RunResult
+from agent.models.decisions import MAX_DEPTH, DecisionError, parse_decision
+from agent.runner.job_store import JobStore
+from agent.runner.server import RunnerSettings, create_app, scripted_policy_factory, server_config
+from agent.contracts.trace import Trace, redact, redact_text
 from server_support import GOOD_SCRIPT, assert_complete_trace, free_port, make_client, wait_terminal
 
 RUN = {"model_path": "scripted"}
@@ -371,8 +371,8 @@ def test_a_huge_declared_gguf_array_costs_bounded_cpu(tmp_path):
 
 
 def test_the_gguf_reader_has_a_time_budget(tmp_path, monkeypatch):
-    import agent.backends as backends
-    import agent.backends.headers as headers
+    import agent.models.backends as backends
+    import agent.models.backends.headers as headers
 
     model = small_gguf(tmp_path / "m.gguf", "m", sparse_total=300_000)
     assert backends.read_gguf_header(model)["metadata"]["_vocab_size"] == 300_000
@@ -383,8 +383,8 @@ def test_the_gguf_reader_has_a_time_budget(tmp_path, monkeypatch):
 
 def test_the_gguf_readers_time_budget_counts_its_cpu_not_its_waiting(tmp_path, monkeypatch):
     """On cores other processes hold, a valid header waits far longer than it works: not corrupt."""
-    import agent.backends as backends
-    import agent.backends.headers as headers
+    import agent.models.backends as backends
+    import agent.models.backends.headers as headers
 
     model = small_gguf(tmp_path / "m.gguf", "m", sparse_total=1000)
     monkeypatch.setattr(headers, "MAX_GGUF_SECONDS", 0.2)
@@ -502,7 +502,7 @@ def test_runner_main_uses_the_read_deadline(tmp_path, monkeypatch):
     import uvicorn
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    from agent import server as server_module
+    from agent.runner import server as server_module
 
     captured: list[Any] = []
 

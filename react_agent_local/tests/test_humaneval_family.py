@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.contracts import RunResult
+from agent.contracts.result import RunResult
 from agent.families.humaneval.generator import STUB_BODY, TEST_COMMAND, generate_packs
 from agent.families.humaneval.grading import check_solution, grade_run
 from agent.families.humaneval.examples import examples
 from agent.families.humaneval.problems import all_problems, subset
-from agent.packs import TaskPack
+from agent.task.packs import TaskPack
 from agent.sandbox import SandboxPolicy, open_sandbox
 
 
@@ -152,8 +152,8 @@ def test_a_solution_that_exits_early_fails_the_hidden_tests(body):
 def test_the_first_write_shows_the_module_around_the_stub_but_not_the_stub_twice(tmp_path):
     """The code turn is a conversation of its own: the helpers and imports a function may use are
     shown beside its stub (HumanEval/10's make_palindrome calls is_palindrome, defined above it)."""
-    from agent.tools import workspace_ops as ops
-    from agent.workspace_evidence import function_step
+    from agent.coding.tools import workspace_ops as ops
+    from agent.coding.workspace_evidence import function_step
 
     class Files:
         def __init__(self, root: Path):
@@ -181,7 +181,7 @@ def test_the_first_write_shows_the_module_around_the_stub_but_not_the_stub_twice
 
 
 def test_the_module_around_a_function_folds_blank_lines_keeps_decorated_neighbours_and_is_capped():
-    from agent.workspace_evidence import MAX_CONTEXT_CHARS, module_context
+    from agent.coding.workspace_evidence import MAX_CONTEXT_CHARS, module_context
 
     text = "import math\n\n\n\n@cache\ndef helper(x):\n    return x\n\n\n@wraps\ndef target(y):\n    ...\n\n\nZ = 1\n"
     around = module_context(text, "target")
@@ -194,7 +194,7 @@ def test_the_module_around_a_function_folds_blank_lines_keeps_decorated_neighbou
 
 
 def test_a_packs_budgets_leave_room_for_fix_trials_and_the_callers_deadline_wins(tmp_path):
-    from agent.contracts import Budgets
+    from agent.contracts.budgets import Budgets
     from agent.families.humaneval.generator import BUDGETS
 
     pack = TaskPack.load(generate_packs(tmp_path, 1, 0)[0])
@@ -210,10 +210,10 @@ def test_the_first_version_is_asked_in_the_benchmarks_own_words_and_a_rewrite_in
     (the failure shown), and a pack without a code prompt keeps the runtime's throughout."""
     import importlib.util
 
-    from agent.backends.scripted import ScriptedPolicy
-    from agent.contracts import Budgets
-    from agent.runtime import run_agent
-    from agent.workspace_evidence import spec_of
+    from agent.models.backends.scripted import ScriptedPolicy
+    from agent.contracts.budgets import Budgets
+    from agent.core.runtime import run_agent
+    from agent.coding.workspace_evidence import spec_of
 
     bench = Path(__file__).resolve().parents[1] / "bench" / "humaneval_single_shot.py"
     spec = importlib.util.spec_from_file_location("humaneval_single_shot", bench)
@@ -264,7 +264,7 @@ def test_the_first_version_is_asked_in_the_benchmarks_own_words_and_a_rewrite_in
 def test_a_code_prompt_holds_one_code_slot():
     from pydantic import ValidationError
 
-    from agent.contracts import TaskSpec
+    from agent.contracts.task import TaskSpec
 
     base = {"id": "t", "goal": "g", "required_tools": ["read_file"]}
     assert TaskSpec(**base, code_prompt="Write:\n{code}").code_prompt == "Write:\n{code}"
@@ -275,7 +275,7 @@ def test_a_code_prompt_holds_one_code_slot():
 
 def test_every_stub_is_seen_as_one_even_with_an_import_above_its_docstring():
     """HumanEval/115 imports math above its docstring: its stub is still a function to be written."""
-    from agent.workspace_evidence import is_stub
+    from agent.coding.workspace_evidence import is_stub
 
     for problem in all_problems():
         text = problem.prompt.rstrip("\n") + "\n" + STUB_BODY
@@ -290,10 +290,10 @@ def test_a_refused_first_version_is_asked_again_in_other_words_then_sampled_neve
     """The greedy 1.5B wrote HumanEval/145's unbalanced call three times, each refused, to the loop
     guard: after a refusal the first version is asked in the runtime's words (greedy), then sampled,
     with the refusal said."""
-    from agent.backends.scripted import ScriptedPolicy
-    from agent.contracts import Budgets
-    from agent.runtime import run_agent
-    from agent.workspace_evidence import spec_of
+    from agent.models.backends.scripted import ScriptedPolicy
+    from agent.contracts.budgets import Budgets
+    from agent.core.runtime import run_agent
+    from agent.coding.workspace_evidence import spec_of
 
     root = generate_packs(tmp_path, 1, 0)[0]
     pack = TaskPack.load(root)

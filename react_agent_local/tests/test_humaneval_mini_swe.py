@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.contracts import Budgets
+from agent.contracts.budgets import Budgets
 from agent.families.humaneval.generator import STUB_BODY, pack_files
 from agent.families.humaneval.problems import subset
 

@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from agent.contracts import Budgets
-from agent.packs import load_pack
+from agent.contracts.budgets import Budgets
+from agent.task.packs import load_pack
 from agent.tools import WORKSPACE_TOOLS, ToolContext, ToolRegistry, catalog
 from agent.tools.isolation import worker
 from isolation_tools import SPIN, SpinArgs

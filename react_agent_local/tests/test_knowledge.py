@@ -405,7 +405,7 @@ def test_a_csv_file_is_searched_and_shown_whole(tmp_path):
 
 
 def test_a_large_table_is_a_sample_and_points_to_the_query_tool(tmp_path):
-    from agent.tables import VIEW_MAX_ROWS, VIEW_SAMPLE_ROWS
+    from agent.task.tables import VIEW_MAX_ROWS, VIEW_SAMPLE_ROWS
     from agent.tools.knowledge import TOOL
 
     names, body = _random_table(3, rows=VIEW_MAX_ROWS + 5)

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from agent.packs import TaskPack
+from agent.task.packs import TaskPack
 from agent.sessions.store import SessionStore
 from agent.tools.facts import load_facts
 

@@ -21,15 +21,17 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.contracts import Budgets, McpServerSpec
-from agent.packs import PACKAGE_ROOT, TaskPack, load_pack
-from agent.runtime import run_agent
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.contracts.budgets import Budgets
+from agent.contracts.task import McpServerSpec
+from agent.task.packs import PACKAGE_ROOT, TaskPack, load_pack
+from agent.core.runtime import run_agent
 from agent.tools import ArgumentError, Tool, ToolRegistry, catalog, registry_for
 from agent.tools.facts import load_facts
-from agent.tools.mcp import (MAX_DESCRIPTION_CHARS, MAX_RESULT_CHARS, PREVIEW_CHARS, McpArguments, McpTool,
-                             ToolCollision, bounded_description, bounded_result, compose, definition_sha256,
-                             parse_server_option, with_servers)
+from agent.tools.mcp import (
+    MAX_DESCRIPTION_CHARS, MAX_RESULT_CHARS, PREVIEW_CHARS, McpArguments, McpTool, ToolCollision,
+    bounded_description, bounded_result, compose, definition_sha256, parse_server_option, with_servers
+)
 from runtime_helpers import events_of, run_scripted, types
 
 SERVERS = Path(__file__).resolve().parent / "mcp_servers"

@@ -1,4 +1,4 @@
-"""``agent/model_choice.py``: the runner's checks of a request's model before a job, its loader, and
+"""``agent/models/model_choice.py``: the runner's checks of a request's model before a job, its loader, and
 the terminal's commands sharing the model flags without importing one another."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.served_access import ServedAccess
-from agent.contracts import RunRequest
-from agent.model_choice import ModelRefused, check_local_path, check_request_model, policy_loader
-from agent.model_policy import ModelUnavailable
+from agent.models.backends.served_access import ServedAccess
+from agent.runner.requests import RunRequest
+from agent.models.model_choice import ModelRefused, check_local_path, check_request_model, policy_loader
+from agent.models.model_policy import ModelUnavailable
 
 AGENT = Path(__file__).resolve().parent.parent / "agent"
 
@@ -75,6 +75,6 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_eval_and_the_terminal_share_the_model_flags_without_a_circle():
-    imported = _imports(AGENT / "evaluation" / "command.py")
-    assert "agent.model_choice" in imported and "agent.cli" not in imported
-    assert "agent.cli" not in _imports(AGENT / "model_choice.py")
+    imported = _imports(AGENT / "cli" / "eval.py")
+    assert "agent.models.model_choice" in imported and "agent.cli.main" not in imported
+    assert "agent.cli.main" not in _imports(AGENT / "models" / "model_choice.py")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from agent.contracts import ActionDecision, FinalDecision, Observation, ToolErrorInfo
-from agent.next_ask import FREE_SUMMARY, decision_summary, next_ask
-from agent.packs import load_pack
-from agent.step_evidence import premature, step_evidence
+from agent.contracts.decision import ActionDecision, FinalDecision, Observation, ToolErrorInfo
+from agent.core.next_ask import FREE_SUMMARY, decision_summary, next_ask
+from agent.task.packs import load_pack
+from agent.core.step_evidence import premature, step_evidence
 from agent.tools import default_registry, pack_registry
 from agent.tools.knowledge import search_knowledge
 
@@ -118,9 +118,9 @@ def test_the_decision_summary_follows_the_branch():
 
 def test_a_wrong_result_is_asked_again_with_its_expected_value_worked_out_from_the_evidence(tmp_path):
     """The re-ask writes the expected value's expression with the evidence numbers put in."""
-    from agent.check_language import evaluate
+    from agent.gate.check_language import evaluate
     from agent.families import generator
-    from agent.packs import TaskPack
+    from agent.task.packs import TaskPack
 
     pack = TaskPack.load(generator("record_change")(tmp_path / "packs", 1, 0)[0])
     data = pack.load_expected()["data"]
@@ -144,7 +144,7 @@ def test_a_wrong_result_is_asked_again_with_its_expected_value_worked_out_from_t
 
 def test_the_first_ask_of_a_tool_with_an_expectation_names_the_numbers_it_reads(tmp_path):
     from agent.families import generator
-    from agent.packs import TaskPack
+    from agent.task.packs import TaskPack
 
     pack = TaskPack.load(generator("record_change")(tmp_path / "packs", 1, 0)[0])
     data = pack.load_expected()["data"]
@@ -161,7 +161,7 @@ def test_the_first_ask_of_a_tool_with_an_expectation_names_the_numbers_it_reads(
 def test_a_fact_already_looked_up_is_not_offered_again_for_a_missing_one(tmp_path):
     """After a near-miss fact, the lookup's name choice no longer holds the names already observed."""
     from agent.families import generator
-    from agent.packs import TaskPack
+    from agent.task.packs import TaskPack
     from agent.tools.facts import load_facts
 
     pack = next(p for p in (TaskPack.load(r) for r in generator("fact_arithmetic")(tmp_path / "packs", 12, 0))
@@ -182,7 +182,7 @@ def test_a_fact_already_looked_up_is_not_offered_again_for_a_missing_one(tmp_pat
 
 
 def test_free_mode_keeps_a_required_observation_citable_past_the_visible_window():
-    from agent.prompting import VISIBLE_OBSERVATIONS
+    from agent.prompts.prompting import VISIBLE_OBSERVATIONS
 
     many = [averaged(n=i + 2) for i in range(VISIBLE_OBSERVATIONS + 2)]  # later calculator calls
     seen = [searched(), *many, plotted(n=len(many) + 2)]
@@ -193,9 +193,9 @@ def test_free_mode_keeps_a_required_observation_citable_past_the_visible_window(
 
 
 def test_after_a_failed_attempt_the_expected_value_is_worked_out_or_the_next_one_sampled_wider(tmp_path):
-    from agent.check_language import evaluate
+    from agent.gate.check_language import evaluate
     from agent.families import generator
-    from agent.packs import TaskPack
+    from agent.task.packs import TaskPack
 
     pack = TaskPack.load(generator("record_change")(tmp_path / "packs", 1, 0)[0])
     keys = pack.load_expected()["data"]["keys"]
@@ -217,7 +217,7 @@ def test_after_a_failed_attempt_the_expected_value_is_worked_out_or_the_next_one
 
 
 def test_a_step_asked_again_after_a_failure_is_not_shown_the_failed_decisions():
-    from agent.prompting import FAILED_TURN, Branch, without_failed_turns
+    from agent.prompts.prompting import FAILED_TURN, Branch, without_failed_turns
 
     history = [("ask 1", '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 +"}}'),
                ("ask 2", '{"type": "action", "tool": "plot", "arguments": {}}')]

@@ -2,8 +2,8 @@
 with only what lies below it (docs/ARCHITECTURE.md, the rooms).
 
 An import counts wherever it is written -- at the top of a module or inside a function: a lazy
-import that only dodges a cycle at import time is still a cycle here. Imports under
-``if TYPE_CHECKING:`` do not count: they are type hints, never run.
+import that only dodges a cycle at import time is still a cycle here, and so is an import under
+``if TYPE_CHECKING:``: a type hint that needs a module above it is a circle in the design.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ ALLOWED_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset()
 
 
 def _graph() -> grimp.ImportGraph:
-    # No cache on disk: graphs built with and without type-checking imports share one, and after an
-    # edit a build of one kind was seen to answer from entries the other kind left stale.
-    graph = grimp.build_graph("agent", exclude_type_checking_imports=True, cache_dir=None)
+    # No cache on disk: after an edit a cached build was seen to answer from stale entries.
+    graph = grimp.build_graph("agent", exclude_type_checking_imports=False, cache_dir=None)
     for importer, imported in ALLOWED_CYCLE_EDGES:
         graph.remove_import(importer=importer, imported=imported)
     return graph
@@ -37,13 +36,13 @@ def _cycle_edges(graph: grimp.ImportGraph) -> list[str]:
 
 def test_the_package_has_no_import_cycles():
     graph = _graph()
-    assert "agent.runtime" in graph.modules and "agent.backends.llama_cpp" in graph.modules  # the whole package
+    assert "agent.core.runtime" in graph.modules and "agent.models.backends.llama_cpp" in graph.modules  # the whole package
     cycles = _cycle_edges(graph)
     assert not cycles, f"{len(cycles)} imports close a cycle:\n" + "\n".join(cycles)
 
 
 def test_the_allowlist_is_short_and_names_real_imports():
     assert len(ALLOWED_CYCLE_EDGES) <= 2
-    graph = grimp.build_graph("agent", exclude_type_checking_imports=True, cache_dir=None)
+    graph = grimp.build_graph("agent", exclude_type_checking_imports=False, cache_dir=None)
     for importer, imported in ALLOWED_CYCLE_EDGES:
         assert graph.direct_import_exists(importer=importer, imported=imported), (importer, imported)

@@ -1,4 +1,4 @@
-"""Reading numbers and comparisons in any script (``agent/numbers.py``), and the grader reading
+"""Reading numbers and comparisons in any script (``agent/gate/numbers.py``), and the grader reading
 answers the same way (``metrics.py``): by value, whatever the format."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from fractions import Fraction
 
 import pytest
 
-from agent.metrics import answer_verdict, comparisons_right, states_number, task_success_checks, RunRecord
-from agent.contracts import FinalDecision
-from agent.numbers import asks_rounding, grounded, normalize, numbers_in, read_comparisons, read_numbers
+from agent.core.metrics import answer_verdict, comparisons_right, states_number, task_success_checks, RunRecord
+from agent.contracts.decision import FinalDecision
+from agent.gate.numbers import asks_rounding, grounded, normalize, numbers_in, read_comparisons, read_numbers
 
 
 def values(text: str) -> list[float]:

@@ -1,4 +1,4 @@
-"""A calculator call computes with the evidence (``agent/operands.py``): the rule on its own, and
+"""A calculator call computes with the evidence (``agent/gate/operands.py``): the rule on its own, and
 through the runtime with the scripted policy -- an invented operand is refused before the call
 runs, with feedback naming it and the observed values; evidence operands pass; the shipped and the
 generated packs still complete."""
@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.contracts import Budgets, Observation
-from agent.numbers import numbers_in
-from agent.operands import ungrounded_operands
-from agent.packs import TaskPack, load_pack
-from agent.runtime import run_agent
+from agent.contracts.budgets import Budgets
+from agent.contracts.decision import Observation
+from agent.gate.numbers import numbers_in
+from agent.gate.operands import ungrounded_operands
+from agent.task.packs import TaskPack, load_pack
+from agent.core.runtime import run_agent
 from agent.tools.knowledge import search_knowledge
 from agent.families.release_rule.generator import generate_packs
 from runtime_helpers import chain_outputs, events_of, run_scripted

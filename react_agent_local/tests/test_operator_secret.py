@@ -1,4 +1,4 @@
-"""Only the operator answers approvals: the runner's operator token (agent/operator_token.py).
+"""Only the operator answers approvals: the runner's operator token (agent/runner/operator_token.py).
 
 Every run here is a real guided fixtest run (scripted test policy, real sandbox) whose bash step waits
 on an approval. A local process holds no token: it cannot read the question's id, answer it, or learn
@@ -19,8 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from agent.operator_token import bearer, page_link
-from agent.server import _parse_args
+from agent.runner.operator_token import bearer, page_link
+from agent.runner.server import _parse_args
 from server_support import (PAGE_ORIGIN, RunnerProcess, answer_approval, make_client, operator_headers, operator_token,
                             pending_approvals, wait_for, wait_terminal)
 from workspace_support import BASH_STEPS, fixtest_script

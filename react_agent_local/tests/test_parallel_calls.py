@@ -1,4 +1,4 @@
-"""Several tool calls in one served reply (``agent/tool_batch.py``): run at once when every one is
+"""Several tool calls in one served reply (``agent/core/tool_batch.py``): run at once when every one is
 read-only, recorded in the reply's order, each Observation paired with its call id, replayed as one
 assistant message.
 
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from served_support import FakeServer, anthropic_policy, events, openai_policy, run, sse
 
-from agent.backends.served import Reply, ToolCall, ToolDef, further_calls, interpret
-from agent.contracts import Budgets, Sampling
-from agent.model_policy import Candidate, DecisionRequest, FurtherCall, ModelDescription
-from agent.prompting import Branch, PromptState
+from agent.models.backends.served import Reply, ToolCall, ToolDef, further_calls, interpret
+from agent.contracts.budgets import Budgets, Sampling
+from agent.models.model_policy import Candidate, DecisionRequest, FurtherCall, ModelDescription
+from agent.prompts.prompting import Branch, PromptState
 from agent.tools import ToolRegistry, registry_for
 
 QUERIES = ("batch results", "release rule")
@@ -77,6 +77,8 @@ class ServedLike:
     (tool, arguments) calls, the first the Decision and the others its further calls, with ids;
     after the last reply, a Final (which the gate may refuse)."""
 
+    proposes_arguments = False
+
     def __init__(self, replies: list[list[tuple[str, dict[str, Any]]]]):
         self.replies = list(replies)
         self.requests: list[DecisionRequest] = []
@@ -110,7 +112,7 @@ def search(query: str, **extra: Any) -> tuple[str, dict[str, Any]]:
 # -- which tools are read-only -------------------------------------------------------------------
 
 def test_the_registry_says_which_tools_are_read_only():
-    from agent.skills import Skill
+    from agent.task.skills import Skill
     from agent.tools import catalog
     from agent.tools.skill import skill_tool
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.backends.prefix_cache import FORMAT, PrefixCache, default_directory
+from agent.models.backends.prefix_cache import FORMAT, PrefixCache, default_directory
 from server_support import MODEL_DIR, PACKAGE_ROOT
 
 SMALL_MODEL = MODEL_DIR / "qwen2.5-coder-0.5b-gguf" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -105,9 +105,9 @@ def test_the_environment_can_move_or_disable_the_cache(monkeypatch, tmp_path):
 PROBE = r"""
 import json, sys
 import numpy as np
-from agent.backends import load_policy
-from agent.model_policy import ModelRequest
-from agent.prompting import system_message
+from agent.models.backends import load_policy
+from agent.models.model_policy import ModelRequest
+from agent.prompts.prompting import system_message
 from agent.tools import registry_for
 
 tools = sys.argv[2].split(",")
@@ -168,7 +168,7 @@ def test_a_restored_prefix_gives_the_distribution_of_a_fresh_evaluation(tmp_path
 
 
 def test_the_model_identity_is_the_file_not_its_name(tmp_path):
-    from agent.backends.prefix_cache import model_identity
+    from agent.models.backends.prefix_cache import model_identity
 
     a, b, copy = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "copy.gguf"
     a.write_bytes(b"GGUF" + bytes(5000))

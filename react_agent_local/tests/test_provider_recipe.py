@@ -17,14 +17,14 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent import providers
-from agent.backends import load_model
-from agent.backends.scripted import FunctionPolicy
-from agent.cli import main
-from agent.contracts import FinalDecision
-from agent.model_choice import ModelChoiceError, add_model_arguments, load_spec, model_spec
-from agent.model_policy import ModelUnavailable
-from agent.providers import Provider, register
+from agent.models import providers
+from agent.models.backends import load_model
+from agent.models.backends.scripted import FunctionPolicy
+from agent.cli.main import main
+from agent.contracts.decision import FinalDecision
+from agent.models.model_choice import ModelChoiceError, add_model_arguments, load_spec, model_spec
+from agent.models.model_policy import ModelUnavailable
+from agent.models.providers import Provider, register
 from test_general_core import ratio_outputs
 
 # -- the toy provider: its spec, its loader, its entry ---------------------------------------------
@@ -115,7 +115,7 @@ def test_an_entry_must_be_new_and_match_its_spec(toy):
 def test_the_shipped_entries_resolve_and_derive_the_lists():
     from typing import get_args
 
-    from agent.backends.served_access import ServedAccess, default_keys
+    from agent.models.backends.served_access import ServedAccess, default_keys
 
     shipped = list(providers.PROVIDERS.values())
     assert [p.kind for p in shipped] == ["local", "openai_compatible", "anthropic"]
@@ -130,7 +130,7 @@ def test_the_shipped_entries_resolve_and_derive_the_lists():
 
 
 def test_the_registry_and_the_contracts_import_no_model_library():
-    code = ("import sys, agent.contracts, agent.model_choice, agent.providers\n"
+    code = ("import sys, agent.contracts, agent.models.model_choice, agent.models.providers\n"
             "heavy = {'llama_cpp', 'llguidance', 'torch', 'transformers', 'openai', 'anthropic', 'httpx2'}\n"
             "print(sorted(heavy & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -1,11 +1,11 @@
-"""What a goal asks for, read from its own words in English and Chinese (``agent/question_kind.py``),
+"""What a goal asks for, read from its own words in English and Chinese (``agent/gate/question_kind.py``),
 and what a Final that answers nothing looks like."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.question_kind import question_kinds, unanswered
+from agent.gate.question_kind import question_kinds, unanswered
 
 
 @pytest.mark.parametrize("goal,kinds", [

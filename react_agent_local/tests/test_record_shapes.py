@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.claims import bound_slots, claim_problems, latest_of, resolve_checks
-from agent.contracts import AnswerGuide, Observation
-from agent.packs import TaskPack, load_pack
-from agent.prompting import answer_form_pattern
+from agent.gate.claims import bound_slots, claim_problems, latest_of, resolve_checks
+from agent.contracts.task import AnswerGuide
+from agent.contracts.decision import Observation
+from agent.task.packs import TaskPack, load_pack
+from agent.prompts.prompting import answer_form_pattern
 from agent.tools import ToolContext, registry_for, with_fact_names
 from agent.tools.facts import LOOKED_UP_FILE, bound_tool
 from agent.tools.knowledge import TOOL as KNOWLEDGE

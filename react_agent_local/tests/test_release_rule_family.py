@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.contracts import Observation
+from agent.contracts.decision import Observation
 from agent.evaluation.suite import parse_generated, resolve_packs
 from agent.families import DEFAULT_FAMILY, FAMILIES
-from agent.packs import PACKAGE_ROOT, PackError, TaskPack, goal_language, load_pack
+from agent.task.packs import PACKAGE_ROOT, PackError, TaskPack, goal_language, load_pack
 from agent.tools.knowledge import search_knowledge
 
 

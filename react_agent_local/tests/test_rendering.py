@@ -12,12 +12,13 @@ import json
 
 import pytest
 
-from agent.backends.served import FINAL_TOOL, wire_names
-from agent.contracts import Observation, Sampling, ToolErrorInfo
-from agent.model_policy import DecisionRequest
-from agent.packs import load_pack
-from agent.prompting import COMPARISON_RULE, Branch, Prompt, PromptState
-from agent.rendering import SECTIONS
+from agent.models.backends.served import FINAL_TOOL, wire_names
+from agent.contracts.decision import Observation, ToolErrorInfo
+from agent.contracts.budgets import Sampling
+from agent.models.model_policy import DecisionRequest
+from agent.task.packs import load_pack
+from agent.prompts.prompting import COMPARISON_RULE, Branch, Prompt, PromptState
+from agent.prompts.rendering import SECTIONS
 from agent.tools import registry_for
 
 PACK = load_pack(None)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from server_support import GOOD_SCRIPT, make_client, slow_script, wait_for, wait_terminal
 
-from agent.job_store import RUN_ID
-from agent.model_policy import ModelUnavailable
+from agent.runner.job_store import RUN_ID
+from agent.models.model_policy import ModelUnavailable
 
 RUN = {"model_path": "scripted"}
 

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from agent.boundary import LoopbackGate
-from agent.jobs.event_log import EventLog, entry_of
-from agent.jobs.run_folder import NoFollowFolder, RunFolders, over_limits
+from agent.runner.boundary import LoopbackGate
+from agent.runner.jobs.event_log import EventLog, entry_of
+from agent.runner.jobs.run_folder import NoFollowFolder, RunFolders, over_limits
 
 
 def event(seq: int, kind: str = "budget", **fields) -> dict:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.scripted import ScriptedPolicy, Slow
-from agent.contracts import Budgets, Sampling
-from agent.model_policy import ModelUnavailable
-from agent.packs import PACKAGE_ROOT, load_pack
-from agent.model_policy import EXPLORE_TEMPERATURE
-from agent.prompting import FAILED_TURN
-from agent.runtime import run_agent
+from agent.models.backends.scripted import ScriptedPolicy, Slow
+from agent.contracts.budgets import Budgets, Sampling
+from agent.models.model_policy import ModelUnavailable
+from agent.task.packs import PACKAGE_ROOT, load_pack
+from agent.models.model_policy import EXPLORE_TEMPERATURE
+from agent.prompts.prompting import FAILED_TURN
+from agent.core.runtime import run_agent
 from agent.tools import ToolError, catalog, default_registry
 from agent.tools.calculator import CALCULATOR_PATTERN
 from runtime_helpers import chain_outputs, events_of, run_scripted, types
@@ -111,7 +111,7 @@ def test_the_conversation_is_only_appended_to(tmp_path):
 
 
 def test_an_overlong_history_falls_back_to_one_compact_turn(tmp_path, monkeypatch):
-    import agent.prompting as prompting
+    import agent.prompts.prompting as prompting
 
     monkeypatch.setattr(prompting, "HISTORY_CHARS", 300)
     outcome, policy = run_scripted(chain(), tmp_path)
@@ -653,7 +653,7 @@ def test_alternative_pack_refuses_the_default_packs_answer(tmp_path):
 def test_the_grader_fails_a_true_but_wrong_check(tmp_path):
     """A Final can only state wrong checks when the runtime has no checks to hold it to; the grader
     (R-MET) still fails it: 79 >= 70 is true, but the floor is about the lowest value, 72."""
-    from agent.metrics import comparisons_right
+    from agent.core.metrics import comparisons_right
 
     assert comparisons_right("Check: 79 >= 78 is True; 72 >= 70 is True.", [[79, ">=", 78], [72, ">=", 70]])
     assert not comparisons_right("Check: 79 >= 78 is True; 79 >= 70 is True.", [[79, ">=", 78], [72, ">=", 70]])
@@ -722,11 +722,11 @@ def test_trace_is_capped_and_keeps_run_finished(tmp_path, monkeypatch):
     sequence stays monotonic and run.finished is kept (the product's cap is 800)."""
     import functools
 
-    import agent.runtime
-    from agent.trace import MAX_EVENTS, Trace
+    import agent.core.runtime
+    from agent.contracts.trace import MAX_EVENTS, Trace
 
     assert MAX_EVENTS == 800
-    monkeypatch.setattr(agent.runtime, "Trace", functools.partial(Trace, max_events=60))
+    monkeypatch.setattr(agent.core.runtime, "Trace", functools.partial(Trace, max_events=60))
     action = '{"type": "action", "tool": "calculator", "arguments": {"expression": "1 + %d"}}'
     outputs = [action % i for i in range(50)]
     outcome, _ = run_scripted(outputs, tmp_path, mode="free",
@@ -740,7 +740,7 @@ def test_trace_is_capped_and_keeps_run_finished(tmp_path, monkeypatch):
 
 
 def test_committed_schemas_match_contracts():
-    from agent.schemas import check_schemas
+    from agent.tools.schemas import check_schemas
 
     assert check_schemas() == [], "run: python -m agent schemas --write"
 
@@ -755,7 +755,7 @@ def test_model_visible_schemas_keep_every_required_property():
 def test_answer_form_becomes_the_final_value_schema(tmp_path):
     import re
 
-    from agent.prompting import answer_form_pattern
+    from agent.prompts.prompting import answer_form_pattern
 
     form = DEFAULT.task.answer_form
     assert form and "{number}" in form
@@ -777,7 +777,7 @@ def test_answer_form_becomes_the_final_value_schema(tmp_path):
 
 
 def test_trace_redaction_keeps_arithmetic_and_removes_paths(tmp_path):
-    from agent.trace import redact_text
+    from agent.contracts.trace import redact_text
 
     outputs = chain()
     outputs[1] = json.dumps({"expression": "((72 + 78 + 81 + 85)/4)/1"})
@@ -790,7 +790,7 @@ def test_trace_redaction_keeps_arithmetic_and_removes_paths(tmp_path):
 def test_a_long_model_call_shows_progress_counts_never_text(tmp_path, monkeypatch):
     """While a model writes, the trace gets ``model.progress`` events (characters so far), at most one
     per PROGRESS_SECONDS, and none of them holds the text itself."""
-    from agent import model_call
+    from agent.models import model_call
 
     monkeypatch.setattr(model_call, "PROGRESS_SECONDS", 0.2)
     outputs = chain_outputs(load_pack(None))

@@ -532,8 +532,8 @@ def test_the_file_tools_operations_run_confined_under_each_backend(sandbox: Sand
     """The file tools' one copy of the path rules (``tools/workspace_ops.py``, run as a script through
     ``Sandbox.run``) works under bubblewrap and under the Landlock fallback alike."""
     from agent.tools import ToolContext, ToolError
-    from agent.tools.files import run_op
-    from agent.workspace import Workspace
+    from agent.coding.tools.files import run_op
+    from agent.coding.workspace import Workspace
 
     ctx = ToolContext(knowledge_dir=workspace, artifact_dir=workspace.parent / "artifacts",
                       workspace=Workspace(root=workspace), sandbox=sandbox)

@@ -107,7 +107,7 @@ def test_the_workspace_python_and_pytest_still_work(backend: str, workspace: Pat
     assert result.exit_code == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert b"1 passed" in result.stdout and b"stdlib ok" in result.stdout
     assert (workspace / "src" / "app.py").read_text().endswith("changed\n")
-    ran = box.run_python("agent.paths", [], timeout_s=60)  # the package imports from its agent/ folder alone
+    ran = box.run_python("agent.util.paths", [], timeout_s=60)  # the package imports from its agent/ folder alone
     assert ran.exit_code == 0, ran.stderr[-800:]
 
 

@@ -34,16 +34,16 @@ from server_support import BASE_URL, GOOD_SCRIPT, make_client, slow_script, wait
 from test_served_openai import calculator_request
 from test_stream import LiveRunner
 
-from agent.backends import inspect_served
-from agent.backends import served_http
-from agent.backends.headers import _Corrupt, read_gguf_header
-from agent.backends.openai_compatible import OpenAICompatiblePolicy
-from agent.backends.scripted import ScriptedPolicy
-from agent.backends.served import ServedAccess, ServedModelError
-from agent.backends.served_access import parse_key_entry, parse_origin
-from agent.contracts import OpenAICompatibleSpec
-from agent.secrets import MARK, MIN_RUN, HeldBack, register, scrub
-from agent.server import RunnerSettings, create_app
+from agent.models.backends import inspect_served
+from agent.models.backends import served_http
+from agent.models.backends.headers import _Corrupt, read_gguf_header
+from agent.models.backends.openai_compatible import OpenAICompatiblePolicy
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.models.backends.served import ServedAccess, ServedModelError
+from agent.models.backends.served_access import parse_key_entry, parse_origin
+from agent.models.providers import OpenAICompatibleSpec
+from agent.util.secrets import MARK, MIN_RUN, HeldBack, register, scrub
+from agent.runner.server import RunnerSettings, create_app
 from agent.tools import plotting
 
 ORIGIN = {"Origin": "http://127.0.0.1:8017"}
@@ -338,8 +338,8 @@ def test_an_allowed_host_pins_its_scheme_and_port(tmp_path, base_url):
 
 
 def test_a_key_leaves_over_https_only_except_to_loopback(capsys):
-    from agent.cli import main as cli_main
-    from agent.server import _parse_args
+    from agent.cli.main import main as cli_main
+    from agent.runner.server import _parse_args
 
     with pytest.raises(ValueError, match="https only"):
         parse_key_entry("openai_compatible@http://gpu-box:8000=GPU_KEY", {})
@@ -518,7 +518,7 @@ def test_a_tool_process_never_inherits_a_credential(monkeypatch):
     like a credential and without any whose value holds a registered secret."""
     import os as _os
 
-    from agent.secrets import register
+    from agent.util.secrets import register
     from agent.tools.isolation import ToolWorker
 
     key = "sk-tool-env-" + "q7" * 12

@@ -23,9 +23,9 @@ from served_support import (
     sse,
 )
 
-from agent.contracts import Sampling
-from agent.model_policy import DecisionRequest
-from agent.prompting import Branch, PromptState
+from agent.contracts.budgets import Sampling
+from agent.models.model_policy import DecisionRequest
+from agent.prompts.prompting import Branch, PromptState
 from agent.tools import registry_for
 
 ARGS = chain_arguments()

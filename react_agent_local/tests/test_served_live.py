@@ -27,10 +27,11 @@ import httpx2
 import pytest
 from server_support import MODEL_DIR, free_port
 
-from agent.backends.openai_compatible import OpenAICompatiblePolicy
-from agent.contracts import Budgets, OpenAICompatibleSpec
-from agent.packs import load_pack
-from agent.runtime import run_agent
+from agent.models.backends.openai_compatible import OpenAICompatiblePolicy
+from agent.contracts.budgets import Budgets
+from agent.models.providers import OpenAICompatibleSpec
+from agent.task.packs import load_pack
+from agent.core.runtime import run_agent
 
 MODEL = Path(os.environ.get("REACT_AGENT_SERVED_MODEL")
              or MODEL_DIR / "qwen2.5-coder-0.5b-gguf" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")

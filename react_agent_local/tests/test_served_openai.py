@@ -27,9 +27,9 @@ from served_support import (
     sse,
 )
 
-from agent.contracts import Budgets, Sampling
-from agent.model_policy import DecisionRequest
-from agent.prompting import Branch, PromptState
+from agent.contracts.budgets import Budgets, Sampling
+from agent.models.model_policy import DecisionRequest
+from agent.prompts.prompting import Branch, PromptState
 from agent.tools import registry_for
 
 ARGS = chain_arguments()
@@ -88,7 +88,7 @@ def test_guided_run_completes_through_native_tool_calls(tmp_path):
 
 
 def test_streamed_tool_arguments_show_as_progress_counts_not_text(tmp_path, monkeypatch):
-    from agent import model_call
+    from agent.models import model_call
 
     monkeypatch.setattr(model_call, "PROGRESS_SECONDS", 0.0)  # every delta becomes an event
     outcome = run(openai_policy(FakeServer(chain_server("openai"))), tmp_path)

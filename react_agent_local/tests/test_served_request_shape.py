@@ -22,18 +22,14 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
-from agent.backends import anthropic_client, openai_compatible
-from agent.backends.served import wire_names
-from agent.contracts import (
-    AnthropicSpec,
-    Observation,
-    OpenAICompatibleSpec,
-    Sampling,
-    ToolErrorInfo,
-)
-from agent.model_policy import DecisionRequest
-from agent.packs import load_pack
-from agent.prompting import Branch, PromptState
+from agent.models.backends import anthropic_client, openai_compatible
+from agent.models.backends.served import wire_names
+from agent.models.providers import AnthropicSpec, OpenAICompatibleSpec
+from agent.contracts.decision import Observation, ToolErrorInfo
+from agent.contracts.budgets import Sampling
+from agent.models.model_policy import DecisionRequest
+from agent.task.packs import load_pack
+from agent.prompts.prompting import Branch, PromptState
 from agent.tools import registry_for
 
 
@@ -229,7 +225,7 @@ def test_tool_names_fit_both_protocols():
 
 
 def test_a_replayed_batch_is_a_request_every_server_accepts():
-    """The three Observations of one reply (a batch, ``agent/tool_batch.py``) go back as one assistant
+    """The three Observations of one reply (a batch, ``agent/core/tool_batch.py``) go back as one assistant
     message with the three calls and their results in order, in a free step that asks for parallel calls."""
     from llama_cpp.server.types import CreateChatCompletionRequest
     from anthropic.types.message_create_params import MessageCreateParamsStreaming

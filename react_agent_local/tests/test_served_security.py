@@ -26,11 +26,12 @@ from served_support import (
 from server_support import PACKAGE_ROOT, make_client, wait_terminal
 from test_served_openai import calculator_request
 
-from agent.backends import inspect_served, load_model
-from agent.backends.openai_compatible import OpenAICompatiblePolicy
-from agent.backends.served import ServedAccess, ServedModelError
-from agent.contracts import OpenAICompatibleSpec, RunRequest
-from agent.server import policy_factory_for
+from agent.models.backends import inspect_served, load_model
+from agent.models.backends.openai_compatible import OpenAICompatiblePolicy
+from agent.models.backends.served import ServedAccess, ServedModelError
+from agent.models.providers import OpenAICompatibleSpec
+from agent.runner.requests import RunRequest
+from agent.runner.server import policy_factory_for
 
 ORIGIN = {"Origin": "http://127.0.0.1:8017"}
 PINNED_KEY = "openai_compatible@127.0.0.1:8999=OPENAI_API_KEY"  # the fake server's origin gets OPENAI_API_KEY
@@ -210,7 +211,7 @@ def test_cli_served_model_syntax(tmp_path):
 
 
 def test_a_malformed_base_url_is_a_clear_refusal_not_a_server_error():
-    from agent.backends.served import ServedAccess, ServedModelError
+    from agent.models.backends.served import ServedAccess, ServedModelError
 
     for url in ("http://[0]/v1", "http://127.0.0.1:99999/v1", "http://[::1/v1"):
         try:

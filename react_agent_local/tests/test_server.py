@@ -13,11 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.contracts import Budgets, RunResult, Sampling, ToolErrorInfo
+from agent.contracts.budgets import Budgets, Sampling
+from agent.contracts.result import RunResult
+from agent.contracts.decision import ToolErrorInfo
 from agent.tools import catalog
 
 TOOL_ARGUMENTS = {tool.name: tool.args_model for tool in catalog()}
-from agent.job_store import STOPPED_MESSAGE
+from agent.runner.job_store import STOPPED_MESSAGE
 from server_support import (
     GOOD_SCRIPT,
     PACKAGE_ROOT,
@@ -62,7 +64,7 @@ def test_status_does_not_import_heavy_backends():
     code = (
         "import sys, tempfile; from pathlib import Path; sys.path.insert(0, '.')\n"
         "from fastapi.testclient import TestClient\n"
-        "from agent.server import RunnerSettings, create_app\n"
+        "from agent.runner.server import RunnerSettings, create_app\n"
         "c = TestClient(create_app(RunnerSettings(runs_dir=Path(tempfile.mkdtemp()))), base_url='http://127.0.0.1:4890')\n"
         "assert c.get('/status').status_code == 200 and c.get('/schema').status_code == 200\n"
         "print(sorted(m for m in ('torch', 'transformers', 'llama_cpp') if m in sys.modules))\n"
@@ -236,7 +238,7 @@ def test_cancelled_queued_job_is_never_run(tmp_path):
 
 
 def fake_outcome(stop_reason, error=None):
-    from agent.contracts import TERMINAL_STATUS
+    from agent.contracts.result import TERMINAL_STATUS
 
     return SimpleNamespace(result=RunResult(status=TERMINAL_STATUS[stop_reason], stop_reason=stop_reason,
                                             error=error), events=[])
@@ -393,7 +395,7 @@ def test_unload_when_idle(client):
 
 @pytest.mark.slow
 def test_unload_frees_the_resident_model(client):
-    from agent.backends import load_policy, loaded_models
+    from agent.models.backends import load_policy, loaded_models
 
     model = require_e2e_model()
     load_policy(str(model))

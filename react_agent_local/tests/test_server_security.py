@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agent.boundary import BrowserBoundary
+from agent.runner.boundary import BrowserBoundary
 from server_support import GOOD_SCRIPT, PAGE_ORIGIN, make_client, wait_terminal
 
 RUN = {"model_path": "scripted"}
@@ -128,7 +128,7 @@ def test_allowed_origin_gets_exactly_itself(client, origin):
     assert preflight.status_code == 204
     assert preflight.headers["access-control-allow-origin"] == origin
     assert preflight.headers["access-control-allow-methods"] == "GET, POST"
-    # Authorization carries the operator token of the approval routes (agent/operator_token.py); nothing else.
+    # Authorization carries the operator token of the approval routes (agent/runner/operator_token.py); nothing else.
     assert preflight.headers["access-control-allow-headers"] == "Content-Type, Authorization"
     assert "access-control-allow-credentials" not in preflight.headers
     created = client.post("/agent/runs", json=RUN, headers={"origin": origin})

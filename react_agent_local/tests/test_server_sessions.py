@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from agent import secrets
-from agent.backends.scripted import ScriptedPolicy
-from agent.model_policy import ModelRequest
-from agent.packs import load_pack
+from agent.util import secrets
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.models.model_policy import ModelRequest
+from agent.task.packs import load_pack
 from agent.sessions.store import SessionStore
 from agent.sessions.turns import UNRECORDED_EVENTS
 from runtime_helpers import chain_outputs
@@ -452,8 +452,8 @@ def test_a_compaction_is_the_first_event_of_its_turns_run_view(tmp_path):
 def test_the_session_bodies_are_published_like_the_run_body(client):
     """``/openapi.json`` publishes each POST body as a component generated from its class, and the
     route's request body names it: POST /agent/runs, and the two session POSTs the same way."""
-    from agent.contracts import RunRequest
-    from agent.session_routes import SessionRequest, TurnRequest
+    from agent.runner.requests import RunRequest
+    from agent.runner.session_routes import SessionRequest, TurnRequest
 
     spec = client.get("/openapi.json").json()
     for path, body in (("/agent/runs", RunRequest), ("/agent/sessions", SessionRequest),

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from agent.job_store import STOPPED_MESSAGE
+from agent.runner.job_store import STOPPED_MESSAGE
 from server_support import PACKAGE_ROOT, RunnerProcess, assert_complete_trace, free_port, slow_script
 
 JSON = {"content-type": "application/json"}

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-import agent.packs
-from agent.server import RunnerSettings, _parse_args, create_app
+import agent.task.packs
+from agent.runner.server import RunnerSettings, _parse_args, create_app
 from server_support import (PAGE_ORIGIN, RunnerProcess, answer_approval, make_client, operator_headers, operator_token,
                             pending_approvals, wait_for, wait_terminal)
 from workspace_support import BASH_STEPS, FIXTEST_PACK, fixtest_script
@@ -66,8 +66,8 @@ def operator_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str,
     in the operator's folder (a copy of the shipping repository made here)."""
     packs = tmp_path / "packs"
     packs.mkdir()
-    shutil.copytree(agent.packs.PACKS_DIR / FIXTEST_PACK, packs / FIXTEST_PACK)
-    shutil.copytree(agent.packs.PACKS_DIR / FIXTEST_PACK, packs / "fixtest_operator")
+    shutil.copytree(agent.task.packs.PACKS_DIR / FIXTEST_PACK, packs / FIXTEST_PACK)
+    shutil.copytree(agent.task.packs.PACKS_DIR / FIXTEST_PACK, packs / "fixtest_operator")
     task_file = packs / "fixtest_operator" / "task.json"
     task = json.loads(task_file.read_text())
     task["id"], task["workspace"]["template"] = "fixtest_operator", None
@@ -75,7 +75,7 @@ def operator_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str,
     folder = tmp_path / "operator-repo"
     shutil.copytree(packs / FIXTEST_PACK / "workspace", folder)
     shutil.rmtree(packs / "fixtest_operator" / "workspace")
-    monkeypatch.setattr(agent.packs, "PACKS_DIR", packs)
+    monkeypatch.setattr(agent.task.packs, "PACKS_DIR", packs)
     return "fixtest_operator", folder
 
 
@@ -83,7 +83,7 @@ def operator_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str,
 
 
 def test_a_template_pack_runs_on_its_own_copy_and_each_approval_is_answered_over_http(tmp_path):
-    template = agent.packs.PACKS_DIR / FIXTEST_PACK / "workspace"
+    template = agent.task.packs.PACKS_DIR / FIXTEST_PACK / "workspace"
     before = {p: p.read_bytes() for p in template.rglob("*") if p.is_file()}
     with client_for(tmp_path) as client:
         created = client.post("/agent/runs", json=ALWAYS)
@@ -108,7 +108,7 @@ def test_a_template_pack_runs_on_its_own_copy_and_each_approval_is_answered_over
     assert (copy / "shop" / "shipping.py").read_text() != (template / "shop" / "shipping.py").read_text()
     assert {p: p.read_bytes() for p in template.rglob("*") if p.is_file()} == before  # the pack is untouched
     trace = json.dumps(view)
-    assert str(tmp_path) not in trace and str(agent.packs.PACKS_DIR) not in trace  # no host path leaves
+    assert str(tmp_path) not in trace and str(agent.task.packs.PACKS_DIR) not in trace  # no host path leaves
 
 
 def test_a_pack_without_a_template_needs_the_operators_folder(tmp_path, operator_pack):
@@ -131,7 +131,7 @@ def test_a_pack_without_a_template_needs_the_operators_folder(tmp_path, operator
         assert ready["from_template"] is False and str(folder) not in json.dumps(view)
         assert not (tmp_path / "runs" / first["id"] / "workspace").exists()
     fixed = (folder / "shop" / "shipping.py").read_text()
-    assert fixed != (agent.packs.PACKS_DIR / FIXTEST_PACK / "workspace" / "shop" / "shipping.py").read_text()
+    assert fixed != (agent.task.packs.PACKS_DIR / FIXTEST_PACK / "workspace" / "shop" / "shipping.py").read_text()
 
 
 # ---------------------------------------------------------------- what a request can never do

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import secrets
-from agent.backends.scripted import ScriptedPolicy, Slow
-from agent.model_policy import ModelRequest
-from agent.packs import PACKAGE_ROOT, PackError, load_pack
+from agent.util import secrets
+from agent.models.backends.scripted import ScriptedPolicy, Slow
+from agent.models.model_policy import ModelRequest
+from agent.task.packs import PACKAGE_ROOT, PackError, load_pack
 from agent.sessions import compaction as compaction_module
 from agent.sessions.compaction import HANDOFF_SCHEMA, CompactionSettings, Handoff
 from agent.sessions.store import SessionBusy, SessionCorrupt, SessionFull, SessionNotFound, SessionStore
@@ -272,7 +272,7 @@ def test_a_turn_records_as_it_goes_and_a_refused_message_writes_nothing(tmp_path
 WRITER = r"""
 import sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
-from agent.backends.scripted import ScriptedPolicy
+from agent.models.backends.scripted import ScriptedPolicy
 from agent.sessions.compaction import CompactionSettings
 from agent.sessions.store import SessionStore
 from agent.sessions.turns import Conversation
@@ -684,8 +684,8 @@ def test_event_records_stop_at_the_size_cap_and_the_turn_still_ends(tmp_path):
 
 
 def test_cli_chat_over_stdin_and_the_session_list(tmp_path, monkeypatch, capsys):
-    import agent.cli as cli
-    import agent.sessions.command as chat_command
+    import agent.cli.main as cli
+    import agent.cli.chat as chat_command
 
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")  # never opened: the scripted policy stands in for it

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.approvals import ApprovalRequest
+from agent.coding.approvals import ApprovalRequest
 from agent.shell_risk import ApprovalPolicy
 from agent.tools import ToolContext, ToolError, catalog
-from agent.workspace import Workspace, sandbox_for
+from agent.coding.workspace import Workspace, sandbox_for
 
 BACKENDS = ["bwrap", "landlock"]
 FILES = {"src/app.py": "def add(a, b):\n    return a + b\n", "tests/test_app.py": "def test(): pass\n",

@@ -1,4 +1,4 @@
-"""Skills (agent/skills.py, agent/tools/skill.py): found and checked when a pack is loaded, shown to
+"""Skills (agent/task/skills.py, agent/tools/skill.py): found and checked when a pack is loaded, shown to
 the model as a catalog in load_skill's description, a body and then a file only when asked, and never
 a tool more than the pack's. The runs are the real runtime driven by the scripted policy."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-import agent.cli as cli
-from agent.backends.scripted import ScriptedPolicy
-from agent.cli import main
-from agent.contracts import Budgets
-from agent.packs import PackError, TaskPack, load_pack
-from agent.prompting import OBSERVATION_CHARS, system_message
-from agent.runtime import run_agent
-from agent.skills import MAX_TEXT_CHARS, SkillError, folder_skills, with_folders
+import agent.cli.main as cli
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.cli.main import main
+from agent.contracts.budgets import Budgets
+from agent.task.packs import PackError, TaskPack, load_pack
+from agent.prompts.prompting import OBSERVATION_CHARS, system_message
+from agent.core.runtime import run_agent
+from agent.task.skills import MAX_TEXT_CHARS, SkillError, folder_skills, with_folders
 from agent.tools import ArgumentError, ToolError, pack_registry, registry_for, with_skills
 from agent.tools.skill import TOOL_NAME, skill_tool
 from runtime_helpers import events_of, run_scripted
@@ -334,12 +334,12 @@ def test_a_runner_run_has_the_packs_skills(tmp_path, pricing_pack, monkeypatch):
 
     from fastapi.testclient import TestClient
 
-    import agent.packs
-    from agent.server import RunnerSettings, create_app, scripted_policy_factory
+    import agent.task.packs
+    from agent.runner.server import RunnerSettings, create_app, scripted_policy_factory
     from server_support import BASE_URL, wait_terminal
 
     shutil.copytree(pricing_pack.root, tmp_path / "packs" / "skill_pack")
-    monkeypatch.setattr(agent.packs, "PACKS_DIR", tmp_path / "packs")
+    monkeypatch.setattr(agent.task.packs, "PACKS_DIR", tmp_path / "packs")
     settings = RunnerSettings(runs_dir=tmp_path / "runs", policy_factory=scripted_policy_factory(list(DISCLOSED)),
                               test_policy=True)
     with TestClient(create_app(settings), base_url=BASE_URL) as client:

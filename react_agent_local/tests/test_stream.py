@@ -19,10 +19,10 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from agent import streaming
-from agent.job_store import JobStore
-from agent.packs import load_pack
-from agent.server import RunnerSettings, create_app, scripted_policy_factory, server_config
+from agent.runner import streaming
+from agent.runner.job_store import JobStore
+from agent.task.packs import load_pack
+from agent.runner.server import RunnerSettings, create_app, scripted_policy_factory, server_config
 from server_support import (
     BASE_URL,
     GOOD_SCRIPT,
@@ -161,13 +161,13 @@ def test_openapi_lists_the_stream(client):
 
 def test_reads_wait_on_no_store_lock_and_no_disk_write(tmp_path):
     def run_fn(pack, policy, budgets, *, sink, cancel, **_):
-        from agent.runtime import run_agent
+        from agent.core.runtime import run_agent
 
         return run_agent(pack, policy, budgets, sink=sink, cancel=cancel, artifact_dir=tmp_path / "art")
 
     store = JobStore(tmp_path / "runs", run_fn, scripted_policy_factory(GOOD_SCRIPT))
     try:
-        from agent.contracts import RunRequest
+        from agent.runner.requests import RunRequest
 
         first = store.submit(RunRequest.model_validate(RUN), {"name": "m", "path_hash": "-"})["id"]
         deadline = time.monotonic() + 30
@@ -205,7 +205,7 @@ def test_follow_wakes_for_each_event_and_ends_after_run_finished(tmp_path):
 
     store = JobStore(tmp_path / "runs", run_fn, lambda request: None)
     try:
-        from agent.contracts import RunRequest
+        from agent.runner.requests import RunRequest
 
         run_id = store.submit(RunRequest.model_validate(RUN), {"name": "m", "path_hash": "-"})["id"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.tables import Table, read_tables, tables_from_files
+from agent.task.tables import Table, read_tables, tables_from_files
 from agent.tools import ToolContext, ToolError, catalog
 from agent.tools import table_query as tq
 
@@ -303,7 +303,7 @@ def test_a_pack_that_names_table_query_answers_from_the_query(tmp_path):
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from agent.packs import load_pack
+    from agent.task.packs import load_pack
     from runtime_helpers import run_scripted
 
     root, table, measure = _pack(tmp_path, ["knowledge_search", "table_query"], 21)
@@ -326,7 +326,7 @@ def test_a_calculator_over_a_column_by_name_passes_the_operand_rule(tmp_path):
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from agent.packs import load_pack
+    from agent.task.packs import load_pack
     from runtime_helpers import run_scripted
 
     root, table, measure = _pack(tmp_path, ["knowledge_search", "calculator"], 22)

@@ -1,4 +1,4 @@
-"""agent/tables.py: every column of every table (markdown, CSV/TSV, JSON records) reaches the model,
+"""agent/task/tables.py: every column of every table (markdown, CSV/TSV, JSON records) reaches the model,
 with its unit and the prose around it; tables are built here from random names and values, so no
 rule can know them."""
 
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.tables import (VIEW_MAX_COLUMNS, VIEW_MAX_ROWS, VIEW_SAMPLE_ROWS, Column, label_column, parse_cell,
-                          read_tables, split_header, table_view, tables_from_files)
+from agent.task.tables import (
+    VIEW_MAX_COLUMNS, VIEW_MAX_ROWS, VIEW_SAMPLE_ROWS, Column, label_column, parse_cell, read_tables, split_header,
+    table_view, tables_from_files
+)
 
 
 def _word(rng: random.Random, n: int = 6) -> str:

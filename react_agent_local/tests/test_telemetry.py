@@ -16,10 +16,10 @@ pytest.importorskip("opentelemetry.sdk", reason="the runner extra installs opent
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
-from agent import telemetry  # noqa: E402
-from agent.model_policy import ModelUnavailable  # noqa: E402
-from agent.packs import load_pack  # noqa: E402
-from agent.telemetry import RunSpans, Telemetry  # noqa: E402
+from agent.runner import telemetry  # noqa: E402
+from agent.models.model_policy import ModelUnavailable  # noqa: E402
+from agent.task.packs import load_pack  # noqa: E402
+from agent.runner.telemetry import RunSpans, Telemetry  # noqa: E402
 from server_support import GOOD_SCRIPT, make_client, slow_script, wait_for, wait_terminal  # noqa: E402
 
 RUN = {"model_path": "scripted"}
@@ -293,7 +293,7 @@ def test_json_lines_file(tmp_path):
 
 
 def test_the_runner_command_line_takes_otel_file(tmp_path):
-    from agent.server import _parse_args
+    from agent.runner.server import _parse_args
 
     assert _parse_args(["--otel-file", str(tmp_path / "s.jsonl")]).otel_file == tmp_path / "s.jsonl"
     assert _parse_args([]).otel_file is None

@@ -14,9 +14,9 @@ import pytest
 import torch
 import transformers
 
-from agent.backends import inspect_model, load_policy, loaded_models, unload_all
-from agent.backends.transformers_backend import TransformersPolicy, _StopWhen, resolve_device_dtype
-from agent.model_policy import ModelRequest, ModelUnavailable
+from agent.models.backends import inspect_model, load_policy, loaded_models, unload_all
+from agent.models.backends.transformers_backend import TransformersPolicy, _StopWhen, resolve_device_dtype
+from agent.models.model_policy import ModelRequest, ModelUnavailable
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -1,4 +1,4 @@
-"""Version trials (``agent/version_trials.py``) through the real runtime, the real sandbox and a
+"""Version trials (``agent/coding/version_trials.py``) through the real runtime, the real sandbox and a
 generated HumanEval pack: once a function's likeliest versions failed its examples, sampled versions
 are drawn from one prompt and tried on a scratch copy before one is written; the first the tests pass
 on is written, a version that failed already is not run again, the run's workspace never holds a
@@ -10,15 +10,15 @@ import json
 from pathlib import Path
 
 
-from agent.backends.scripted import ScriptedPolicy
-from agent.contracts import Budgets, Sampling
-from agent.event_lines import format_event
+from agent.models.backends.scripted import ScriptedPolicy
+from agent.contracts.budgets import Budgets, Sampling
+from agent.cli.event_lines import format_event
 from agent.families.humaneval.generator import TEST_COMMAND, generate_packs
 from agent.families.humaneval.problems import all_problems
-from agent.packs import TaskPack
-from agent.runtime import run_agent
-from agent.version_trials import MAX_VERSIONS, version_key, written_versions
-from agent.workspace_evidence import spec_of
+from agent.task.packs import TaskPack
+from agent.core.runtime import run_agent
+from agent.coding.version_trials import MAX_VERSIONS, version_key, written_versions
+from agent.coding.workspace_evidence import spec_of
 
 
 def _pack(tmp_path: Path):
@@ -102,8 +102,8 @@ def test_a_policy_that_cannot_answer_arguments_alone_draws_no_versions(tmp_path,
 
 
 def test_the_versions_written_are_every_replaced_one_and_the_current(tmp_path):
-    from agent.contracts import Observation
-    from agent.workspace import Workspace
+    from agent.contracts.decision import Observation
+    from agent.coding.workspace import Workspace
 
     root = tmp_path / "ws"
     root.mkdir()

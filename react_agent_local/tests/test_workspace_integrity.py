@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from agent import secrets as agent_secrets
+from agent.util import secrets as agent_secrets
 from agent.shell_risk import ApprovalPolicy
 from agent.tools import ToolContext, ToolError, catalog
-from agent.tools.shell import HEAD_CHARS, TAIL_CHARS
-from agent.workspace import Workspace, sandbox_for
-from agent.workspace_grading import grade_workspace
+from agent.coding.tools.shell import HEAD_CHARS, TAIL_CHARS
+from agent.coding.workspace import Workspace, sandbox_for
+from agent.coding.workspace_grading import grade_workspace
 
 REGISTRY = catalog()
 APP = "def add(a, b):\n    return a - b\n"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.approvals import ApprovalRequest, ask_operator, read_answer
+from agent.coding.approvals import ApprovalRequest, ask_operator, read_answer
 from agent.tools import WORKSPACE_TOOLS, ArgumentError, ToolContext, ToolError, catalog
-from agent.tools import files as file_tools
-from agent.tools import workspace_ops as ops
-from agent.tools.shell import HEAD_CHARS, TAIL_CHARS, head_tail
-from agent.workspace import Workspace, WorkspaceUnavailable, copy_template, sandbox_for
+from agent.coding.tools import files as file_tools
+from agent.coding.tools import workspace_ops as ops
+from agent.coding.tools.shell import HEAD_CHARS, TAIL_CHARS, head_tail
+from agent.coding.workspace import Workspace, WorkspaceUnavailable, copy_template, sandbox_for
 
 REGISTRY = catalog()
 APP = '''def add(a, b):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.packs import load_pack
+from agent.task.packs import load_pack
 
 FIXTEST_PACK = "fixtest_shipping"
 

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..tools import workspace_ops as ops
+from agent.coding.tools import workspace_ops as ops
 
 CHANGES_FILE = "changes.json"
 DIFF_FILE = "changes.diff"

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..contracts import RunResult, ToolErrorInfo
-from ..packs import TaskPack
-from .changes import Snapshot, load, record
-from .goal_task import GoalRefused, GoalTask, prepare_goal
+from agent.contracts.result import RunResult
+from agent.contracts.decision import ToolErrorInfo
+from agent.task.packs import TaskPack
+from agent.coding.changes import Snapshot, load, record
+from agent.coding.goal_task import GoalRefused, GoalTask, prepare_goal
 
 #: runs a pack to its outcome (``runtime.run_agent`` with everything but the pack bound)
 RunPack = Callable[[TaskPack], Any]
@@ -60,7 +61,7 @@ def goal_job(root: Path, goal: str, run_pack: Callable[..., Any], budgets: Any) 
     ``root``: the store's pack argument is ignored (the task is found), and the request's own
     ``budgets`` are used (its explicitly set fields over what the task needs)."""
     def run(_pack: Any, policy: Any, _budgets: Any, **kwargs: Any) -> Any:
-        from ..workspace import WorkspaceUnavailable
+        from agent.coding.workspace import WorkspaceUnavailable
 
         run_dir = Path(kwargs["artifact_dir"]).parent
         try:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..contracts import TaskSpec
-from ..packs import TaskPack
-from .discovery import TestCommand, find_test_command, protected_paths
-from .localise import Localisation, localise
+from agent.contracts.task import TaskSpec
+from agent.task.packs import TaskPack
+from agent.coding.discovery import TestCommand, find_test_command, protected_paths
+from agent.coding.localise import Localisation, localise
 
 #: the tools of a goal run: read, change a function, run the tests; search for free mode
 GOAL_TOOLS = ["read_file", "replace_function", "bash"]
@@ -91,8 +91,8 @@ class GoalTask:
 def reproduce(root: Path, command: str, *, allow_unsandboxed: bool = False,
               seconds: float = REPRODUCE_SECONDS) -> tuple[int | None, str]:
     """(exit code, stdout + stderr) of one run of ``command`` in the workspace's sandbox (no network)."""
-    from ..tools.shell import BASH, COMMAND_ENV, MAX_OUTPUT_BYTES
-    from ..workspace import Workspace, sandbox_for
+    from agent.coding.tools.shell import BASH, COMMAND_ENV, MAX_OUTPUT_BYTES
+    from agent.coding.workspace import Workspace, sandbox_for
 
     sandbox = sandbox_for(Workspace(root=root, allow_unsandboxed=allow_unsandboxed))
     result = sandbox.run([BASH, "--noprofile", "--norc", "-c", command], cwd=".", timeout_s=seconds, stdin=b"",
@@ -127,8 +127,8 @@ def goal_task_spec(goal: str, command: TestCommand, found: Localisation, *, pass
     """The ``TaskSpec`` of a goal: the general plan over what was found (see the module docstring)."""
     reads = found.test_files[:1] + found.sources
     if not reads:  # nothing localised by a failure: the goal's words, else the workspace's source files
-        from .discovery import is_test_file, python_files
-        from .localise import defines_word
+        from agent.coding.discovery import is_test_file, python_files
+        from agent.coding.localise import defines_word
 
         source = [p for p in python_files(root) if not is_test_file(p)]
         named = [p for p in source if p in goal or p.rsplit("/", 1)[-1] in goal or defines_word(root, p, goal)]

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .discovery import is_test_file
+from agent.coding.discovery import is_test_file
 
 _PYTEST_FAILED = re.compile(r"^(FAILED|ERROR) ([^\s:]+\.py)(?:::(\S+))?(?: - (.*))?$")
 _UNITTEST = re.compile(r"^(FAIL|ERROR): (\w+) \(([\w.]+?)\)")

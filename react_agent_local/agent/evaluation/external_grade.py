@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..contracts import RunResult
+from agent.contracts.result import RunResult
 
 TRUTH = "truth.json"
 TIMEOUT_S = 60

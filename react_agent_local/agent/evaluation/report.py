@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .suite import EvalRun
+from agent.evaluation.suite import EvalRun
 
 Z95 = 1.959963984540054  # the 97.5th percentile of the standard normal distribution
 CASE_TITLES = {"both": "both rules hold", "avg_fails": "only the average fails",

@@ -27,14 +27,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..contracts import Budgets, Sampling
-from ..families import DEFAULT_FAMILY, FAMILIES, generator, grade_run, verdict_case
-from ..packs import PackError, TaskPack, load_pack
-from ..runtime import PolicySource, run_agent
-from ..tools import pack_registry
-from ..trace import write_events
-from ..workspace import WorkspaceOptions
-from .external_grade import external_grade, truth_family
+from agent.contracts.budgets import Budgets, Sampling
+from agent.families import DEFAULT_FAMILY, FAMILIES, generator, grade_run, verdict_case
+from agent.task.packs import PackError, TaskPack, load_pack
+from agent.core.runtime import PolicySource, run_agent
+from agent.tools import pack_registry
+from agent.contracts.trace import write_events
+from agent.coding.workspace import WorkspaceOptions
+from agent.evaluation.external_grade import external_grade, truth_family
 
 GENERATED = "generated:"
 

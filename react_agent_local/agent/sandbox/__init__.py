@@ -25,8 +25,8 @@ This package imports nothing from the tools or the runtime: the tools call the s
 other way round.
 """
 
-from .policy import SandboxPolicy, SandboxUnavailable, interpreter
-from .process import CommandResult
-from .runner import Sandbox, open_sandbox
+from agent.sandbox.policy import SandboxPolicy, SandboxUnavailable, interpreter
+from agent.sandbox.process import CommandResult
+from agent.sandbox.runner import Sandbox, open_sandbox
 
 __all__ = ["CommandResult", "Sandbox", "SandboxPolicy", "SandboxUnavailable", "interpreter", "open_sandbox"]

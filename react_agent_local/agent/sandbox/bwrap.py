@@ -36,8 +36,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .landlock import ETC_SECRETS
-from .policy import SandboxPolicy, python_paths
+from agent.sandbox.landlock import ETC_SECRETS
+from agent.sandbox.policy import SandboxPolicy, python_paths
 
 SANDBOX_HOME = "/tmp/sandbox-home"
 SANDBOX_TMP = "/tmp"

@@ -28,13 +28,15 @@ import threading
 from pathlib import Path
 from typing import Literal
 
-from . import landlock, seccomp
-from .bwrap import SANDBOX_HOME, SANDBOX_TMP, BwrapBinary, bwrap_args, find_bwrap
-from .limits import PidsController, Rlimits, find_pids_controller, processes_of_current_user
-from .policy import (SandboxPolicy, SandboxUnavailable, agent_code, base_environment, check_argv, interpreter,
-                     merge_environment, package_root, python_paths, resolve_cwd)
-from .process import CommandResult, run_process
-from .quota import DiskCap, remove_tree
+from agent.sandbox import landlock, seccomp
+from agent.sandbox.bwrap import SANDBOX_HOME, SANDBOX_TMP, BwrapBinary, bwrap_args, find_bwrap
+from agent.sandbox.limits import PidsController, Rlimits, find_pids_controller, processes_of_current_user
+from agent.sandbox.policy import (
+    SandboxPolicy, SandboxUnavailable, agent_code, base_environment, check_argv, interpreter, merge_environment,
+    package_root, python_paths, resolve_cwd
+)
+from agent.sandbox.process import CommandResult, run_process
+from agent.sandbox.quota import DiskCap, remove_tree
 
 Backend = Literal["auto", "bwrap", "landlock"]
 Kind = Literal["bwrap", "landlock", "none"]

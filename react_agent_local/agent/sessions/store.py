@@ -9,7 +9,7 @@ first), ``type`` and ``at`` (UTC time), then its payload:
     turn.started     ``turn`` (1, 2, ...), the user's ``message`` and its ``question``: ``pack`` (the
                      pack's own) or ``follow_up`` (the turn's own; ``agent/sessions/turns.py``)
     event            ``turn`` and one event of that turn: its ``session.compacted`` first when a
-                     compaction ran before it, then its run's trace events (``agent/trace.py``)
+                     compaction ran before it, then its run's trace events (``agent/contracts/trace.py``)
     observation      ``turn`` and one Observation, kept when compaction drops a turn's events
     turn.finished    ``turn``, ``status``, ``stop_reason``, ``final``, ``error``, ``observation_ids``
     turn.interrupted ``turn`` and ``reason``: the process ended inside the turn (written on resume)
@@ -63,9 +63,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..contracts import Observation
-from ..packs import DEFAULT_RUNS_DIR
-from ..trace import redact
+from agent.contracts.decision import Observation
+from agent.task.packs import DEFAULT_RUNS_DIR
+from agent.contracts.trace import redact
 
 try:
     import fcntl
@@ -79,7 +79,6 @@ SESSION_ID = re.compile(r"^[0-9]{8}T[0-9]{12}Z-[0-9a-f]{32}$")
 _FILE = re.compile(r"^session-([0-9]{8}T[0-9]{12}Z-[0-9a-f]{32})\.jsonl$")
 MAX_RECORD_BYTES = 1024 * 1024  # a record larger than this is stored as a stub that says so
 PREVIEW_CHARS = 80
-TURN_RECORDS = ("turn.started", "turn.finished", "turn.interrupted")
 OBSERVATION_EVENTS = ("tool.observation", "tool.rejected")
 INTERRUPTED_REASON = "the process ended before the turn finished"
 

@@ -47,14 +47,18 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..contracts import Budgets, RunResult, Sampling, TaskSpec
-from ..model_policy import ModelUnavailable
-from ..packs import PackError, TaskPack
-from ..runtime import PolicySource, PriorTurns, run_agent
-from ..tools import ToolRegistry, registry_for
-from ..trace import redact
-from .compaction import SUMMARY_GIVEN_UP, Budget, Compaction, CompactionSettings, Context, build_context, compact
-from .store import Session, SessionError, SessionFull
+from agent.contracts.budgets import Budgets, Sampling
+from agent.contracts.result import RunResult
+from agent.contracts.task import TaskSpec
+from agent.models.model_policy import ModelUnavailable
+from agent.task.packs import PackError, TaskPack
+from agent.core.runtime import PolicySource, PriorTurns, run_agent
+from agent.tools import ToolRegistry, registry_for
+from agent.contracts.trace import redact
+from agent.sessions.compaction import (
+    SUMMARY_GIVEN_UP, Budget, Compaction, CompactionSettings, Context, build_context, compact
+)
+from agent.sessions.store import Session, SessionError, SessionFull
 
 MAX_MESSAGE_CHARS = 2000  # a turn's message is its goal (contracts.TaskSpec.goal)
 NOTE = ("The user's next message, the task of this turn: {message} "

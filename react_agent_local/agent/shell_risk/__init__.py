@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import posixpath
 
-from .grader import Grader
-from .grades import SEVERITY, ApprovalPolicy, Level, RiskGrade, decide
+from agent.shell_risk.grader import Grader
+from agent.shell_risk.grades import SEVERITY, ApprovalPolicy, Level, RiskGrade, decide
 
 __all__ = ["SEVERITY", "ApprovalPolicy", "Level", "RiskGrade", "decide", "grade_command"]
 

@@ -11,15 +11,11 @@ script is not one).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-from .files import FILE_WRITERS, grade_file_writer, grade_find, grade_rsync
-from .git import grade_git
-from .inline_code import INTERPRETERS, grade_interpreter, grade_python, grade_stdin
-from .sed import grade_sed, sed_files
-
-if TYPE_CHECKING:
-    from .grader import Grader
+from agent.shell_risk.files import FILE_WRITERS, grade_file_writer, grade_find, grade_rsync
+from agent.shell_risk.git import grade_git
+from agent.shell_risk.inline_code import INTERPRETERS, grade_interpreter, grade_python, grade_stdin
+from agent.shell_risk.sed import grade_sed, sed_files
+from agent.shell_risk.grades import Walk
 
 _READ_ONLY = frozenset({
     "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "cut", "tr", "nl", "basename", "dirname",
@@ -101,7 +97,7 @@ def operands(name: str, args: list[str]) -> list[str]:
     return args
 
 
-def classify(g: Grader, name: str, args: list[str]) -> None:
+def classify(g: Walk, name: str, args: list[str]) -> None:
     if name in _UNPROVABLE:
         if name == "env" and not args:
             return  # prints the (sandbox's) environment
@@ -182,7 +178,7 @@ def classify(g: Grader, name: str, args: list[str]) -> None:
     g.flag("unknown", f"{name} is not a command the grader knows")
 
 
-def _read_only(g: Grader, name: str, args: list[str]) -> None:
+def _read_only(g: Walk, name: str, args: list[str]) -> None:
     positional = [a for a in args if not a.startswith("-")]
     if name == "find":
         grade_find(g, args)
@@ -214,7 +210,7 @@ def _read_only(g: Grader, name: str, args: list[str]) -> None:
         g.flag("unknown", f"{name} is an interactive pager that can run commands")
 
 
-def _code_runner(g: Grader, name: str, args: list[str]) -> None:
+def _code_runner(g: Walk, name: str, args: list[str]) -> None:
     first = next((a for a in args if not a.startswith("-")), "")
     if name in ("pip", "pip3"):
         _pip(g, name, args)
@@ -245,7 +241,7 @@ def _code_runner(g: Grader, name: str, args: list[str]) -> None:
         g.flag("workspace_write", f"{name} runs code from the workspace")
 
 
-def _pip(g: Grader, name: str, args: list[str]) -> None:
+def _pip(g: Walk, name: str, args: list[str]) -> None:
     first = next((a for a in args if not a.startswith("-")), "")
     if first in ("install", "download", "wheel", "index", "search"):
         g.flag("network", f"{name} {first} downloads packages")
@@ -255,7 +251,7 @@ def _pip(g: Grader, name: str, args: list[str]) -> None:
         g.flag("workspace_write", f"{name} {first} changes the installed packages")
 
 
-def _python(g: Grader, name: str, args: list[str]) -> None:
+def _python(g: Walk, name: str, args: list[str]) -> None:
     if args in (["--version"], ["-V"]):
         return
     index = 0
@@ -289,7 +285,7 @@ def _python(g: Grader, name: str, args: list[str]) -> None:
     grade_stdin(g, name, "python")
 
 
-def _python_module(g: Grader, name: str, module: str, rest: list[str]) -> None:
+def _python_module(g: Walk, name: str, module: str, rest: list[str]) -> None:
     if module == "pip":
         _pip(g, f"{name} -m pip", rest)
     elif module in ("http.server", "smtpd", "ftplib", "xmlrpc.server", "ensurepip"):
@@ -304,7 +300,7 @@ def _sort_outputs(args: list[str]) -> list[str]:
                       for a in args if a.startswith(("--output=", "-o")) and a != "-o"]
 
 
-def _shell(g: Grader, name: str, args: list[str]) -> None:
+def _shell(g: Walk, name: str, args: list[str]) -> None:
     index = 0
     while index < len(args):
         arg = args[index]

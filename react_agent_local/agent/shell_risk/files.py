@@ -11,12 +11,8 @@ Deleting or overwriting more than named files is destructive: the workspace root
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-from . import paths as where
-
-if TYPE_CHECKING:
-    from .grader import Grader
+from agent.shell_risk import paths as where
+from agent.shell_risk.grades import Walk
 
 FILE_WRITERS = frozenset({"mkdir", "touch", "cp", "mv", "rmdir", "ln", "truncate", "patch", "install", "split",
                           "csplit", "mktemp", "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "zip",
@@ -55,7 +51,7 @@ def written(name: str, args: list[str]) -> list[str]:
     return targets + operands
 
 
-def grade_file_writer(g: Grader, name: str, args: list[str]) -> None:
+def grade_file_writer(g: Walk, name: str, args: list[str]) -> None:
     g.writes(written(name, args), name)
     operands = positional(args)
     consumes = name in _CONSUMES or name == "tar" and "--remove-files" in args or \
@@ -113,7 +109,7 @@ def _adds_execute(mode: str) -> bool:
     return bool(re.search(r"[+=][rwXst]*[xX]", mode))
 
 
-def _deletes_more_than_named(g: Grader, name: str, args: list[str], operands: list[str]) -> bool:
+def _deletes_more_than_named(g: Walk, name: str, args: list[str], operands: list[str]) -> bool:
     """Flag a command that deletes or replaces the workspace root or everything a wide glob matches."""
     sources = operands[:-1] if name == "mv" and not any(a.startswith(("-t", "--target-directory")) for a in args) \
         else operands
@@ -139,7 +135,7 @@ def _deletes_more_than_named(g: Grader, name: str, args: list[str], operands: li
     return False
 
 
-def grade_find(g: Grader, args: list[str]) -> None:
+def grade_find(g: Walk, args: list[str]) -> None:
     """``find`` reads unless it deletes, runs a command per match or writes a listing; deleting (or
     running a deleting command) everything under the workspace root is destructive."""
     end = next((i for i, a in enumerate(args) if a.startswith(("-", "(", "!", ","))), len(args))
@@ -172,7 +168,7 @@ def grade_find(g: Grader, args: list[str]) -> None:
             g.flag("workspace_write", f"find {arg} writes a file")
 
 
-def grade_rsync(g: Grader, args: list[str]) -> None:
+def grade_rsync(g: Walk, args: list[str]) -> None:
     if any(a.startswith(("--delete", "--remove-source-files", "--del")) for a in args):
         g.flag("destructive", "rsync --delete removes every file the source lacks")
     else:

@@ -13,12 +13,8 @@ are judged by an allowlist of keys that name no program (``user.name``, ``core.a
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-from . import paths as where
-
-if TYPE_CHECKING:
-    from .grader import Grader
+from agent.shell_risk import paths as where
+from agent.shell_risk.grades import Walk
 
 _GIT_READ = frozenset({"status", "log", "diff", "show", "blame", "annotate", "shortlog", "describe", "rev-parse",
                        "rev-list", "ls-files", "ls-tree", "cat-file", "grep", "show-ref", "for-each-ref",
@@ -67,7 +63,7 @@ def safe_key(key: str) -> bool:
     return folded in _SAFE_KEYS or any(p.fullmatch(folded) for p in _SAFE_KEY_PATTERNS)
 
 
-def grade_git(g: Grader, args: list[str]) -> None:
+def grade_git(g: Walk, args: list[str]) -> None:
     index = 0
     while index < len(args):
         arg = args[index]
@@ -142,7 +138,7 @@ def grade_git(g: Grader, args: list[str]) -> None:
         g.flag("unknown", f"{label}: not a subcommand the grader knows (it may be an alias)")
 
 
-def _git_config(g: Grader, rest: list[str]) -> None:
+def _git_config(g: Walk, rest: list[str]) -> None:
     """``git config``: reads pass; writing a key outside the allowlist, ``--edit``, or the user's or
     system config is forbidden."""
     words: list[str] = []
@@ -190,7 +186,7 @@ def _git_config(g: Grader, rest: list[str]) -> None:
     g.flag("workspace_write", f"git config {key} changes the repository's config")
 
 
-def _whole_tree(g: Grader, pathspecs: list[str]) -> str | None:
+def _whole_tree(g: Walk, pathspecs: list[str]) -> str | None:
     """The pathspec that means the whole working tree (``.``, ``:/``, the root's path, a wide glob)."""
     for spec in pathspecs:
         if spec in (":/", ":", ":(top)", ":/*") or spec.startswith(":(top)"):
@@ -200,7 +196,7 @@ def _whole_tree(g: Grader, pathspecs: list[str]) -> str | None:
     return None
 
 
-def _git_write(g: Grader, sub: str, options: list[str], positional: list[str]) -> None:
+def _git_write(g: Walk, sub: str, options: list[str], positional: list[str]) -> None:
     label = f"git {sub}"
     whole = _whole_tree(g, positional)
     if sub == "rm" and "--cached" not in options and (whole or any(re.fullmatch(r"-[a-zA-Z]*r[a-zA-Z]*", o)

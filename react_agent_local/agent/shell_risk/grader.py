@@ -21,10 +21,10 @@ import re
 import threading
 from typing import Literal
 
-from . import paths as where
-from .commands import SAFE_ENV, TEXT_ONLY, classify, operands
-from .grades import SEVERITY, Level, RiskGrade
-from .inline_code import grade_foreign, grade_python
+from agent.shell_risk import paths as where
+from agent.shell_risk.commands import SAFE_ENV, TEXT_ONLY, classify, operands
+from agent.shell_risk.grades import SEVERITY, Level, RiskGrade, StdinKind
+from agent.shell_risk.inline_code import grade_foreign, grade_python
 
 _MAX_SCRIPT_CHARS = 100_000
 _MAX_NESTING = 3
@@ -51,7 +51,6 @@ _TOKENS = frozenset({";", "&&", "||", "|", "|&", "\n", "(", ")", "{", "}", "!", 
                      "while", "until", "do", "done", "for", "in", "comment"})
 _CONTINUATION_IN_WORD = re.compile(r"[^\s\\]\\\n")
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-StdinKind = Literal["empty", "pipe", "file", "text"]
 _BIN_DIRS = ("/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin")
 
 

@@ -8,7 +8,7 @@ since the program would run outside every sandbox, after the run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 Level = Literal["read_only", "workspace_write", "network", "privilege", "destructive", "unknown"]
 # The order in which grades combine: a script is as risky as its riskiest part. unknown sits above
@@ -52,3 +52,34 @@ def decide(grade: RiskGrade, policy: ApprovalPolicy) -> Literal["run", "ask", "r
     if grade.level in ("read_only", "workspace_write"):
         return "run"
     return "refuse" if policy.mode == "never_ask" else "ask"
+
+
+StdinKind = Literal["empty", "pipe", "file", "text"]
+
+
+class Walk(Protocol):
+    """What a command's grading rule (``commands``, ``files``, ``git``, ``sed``, ``inline_code``) may
+    ask of the walk over a script (``grader.Grader`` is the one): the folders it is in, what it has
+    found, and the nested scripts and commands to grade next."""
+
+    root: str
+    stdin: StdinKind
+    stdin_text: str
+
+    def flag(self, level: Level, reason: str) -> None: ...
+
+    def forbid(self, reason: str) -> None: ...
+
+    def invocation(self, name: str, args: list[str]) -> None: ...
+
+    def nested(self, script: str, why: str, *, shell: Literal["child", "same", "later"] = "child") -> None: ...
+
+    def resolved(self, path: str) -> list[str | None]: ...
+
+    def outside(self, path: str) -> bool: ...
+
+    def change_directory(self, target: str | None) -> None: ...
+
+    def writes(self, targets: list[str], what: str) -> None: ...
+
+    def runs_written(self, path: str, language: str) -> bool: ...

@@ -17,12 +17,8 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from typing import TYPE_CHECKING
-
-from . import paths as where
-
-if TYPE_CHECKING:
-    from .grader import Grader
+from agent.shell_risk import paths as where
+from agent.shell_risk.grades import Walk
 
 # Inline-code options per interpreter (perl's may be bundled: -pie, -lne).
 INTERPRETERS: dict[str, tuple[str, ...]] = {
@@ -48,7 +44,7 @@ _PY_HIDING_MODULES = frozenset({"ctypes", "pty", "multiprocessing", "importlib",
 _FILE_MODULES = frozenset({"os", "shutil", "pathlib", "subprocess", "posix"})
 
 
-def grade_interpreter(g: Grader, name: str, args: list[str]) -> bool:
+def grade_interpreter(g: Walk, name: str, args: list[str]) -> bool:
     """Grade ``name``'s inline code or standard input; False when it runs a script file instead (the
     caller grades that as running workspace code)."""
     options = INTERPRETERS[name]
@@ -71,7 +67,7 @@ def grade_interpreter(g: Grader, name: str, args: list[str]) -> bool:
     return True
 
 
-def grade_stdin(g: Grader, name: str, language: str) -> None:
+def grade_stdin(g: Walk, name: str, language: str) -> None:
     """An interpreter given no program on its command line reads it from standard input."""
     if g.stdin == "text":
         if language == "python":
@@ -84,7 +80,7 @@ def grade_stdin(g: Grader, name: str, language: str) -> None:
         g.flag("workspace_write", f"{name} runs code from the workspace")
 
 
-def grade_foreign(g: Grader, name: str, code: str) -> None:
+def grade_foreign(g: Walk, name: str, code: str) -> None:
     if re.search(r"\.git\b|hook", code, re.IGNORECASE):
         g.forbid(f"{name} code names .git or a hooks folder: it may plant what git runs on the host")
     found = _FOREIGN_DELETES.search(code)
@@ -93,7 +89,7 @@ def grade_foreign(g: Grader, name: str, code: str) -> None:
     g.flag("unknown", f"{name} code is not a language the grader reads")
 
 
-def grade_python(g: Grader, name: str, code: str) -> None:
+def grade_python(g: Walk, name: str, code: str) -> None:
     if len(code) > _MAX_CODE_CHARS:
         g.flag("unknown", f"{name} code longer than the grader reads")
         return
@@ -130,7 +126,7 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
     return bound
 
 
-def _call(g: Grader, name: str, node: ast.Call, aliases: dict[str, str]) -> None:
+def _call(g: Walk, name: str, node: ast.Call, aliases: dict[str, str]) -> None:
     func = node.func
     if isinstance(func, ast.Name):
         qualified = aliases.get(func.id, func.id)
@@ -168,7 +164,7 @@ def _opens_for_writing(node: ast.Call) -> bool:
     return not isinstance(mode, ast.Constant) or any(c in str(mode.value) for c in "wax+")
 
 
-def _deletes(g: Grader, name: str, call: str, targets: list[str], *, recursive: bool) -> None:
+def _deletes(g: Walk, name: str, call: str, targets: list[str], *, recursive: bool) -> None:
     if not targets:
         g.flag("destructive", f"{name} code {call}() deletes paths computed when it runs")
         return
@@ -184,7 +180,7 @@ def _deletes(g: Grader, name: str, call: str, targets: list[str], *, recursive: 
     g.flag("workspace_write", f"{name} code {call}() deletes files in the workspace")
 
 
-def _run(g: Grader, name: str, call: str, node: ast.Call, *, as_script: bool) -> None:
+def _run(g: Walk, name: str, call: str, node: ast.Call, *, as_script: bool) -> None:
     first = node.args[0] if node.args else None
     shell = any(k.arg == "shell" and isinstance(k.value, ast.Constant) and k.value.value for k in node.keywords)
     if isinstance(first, ast.Constant) and isinstance(first.value, str):
@@ -197,7 +193,7 @@ def _run(g: Grader, name: str, call: str, node: ast.Call, *, as_script: bool) ->
         g.flag("unknown", f"{name} code {call}() runs a command computed when it runs")
 
 
-def _constant_path(g: Grader, name: str, text: str) -> None:
+def _constant_path(g: Walk, name: str, text: str) -> None:
     """A string in the code that names a path outside the workspace (``'/etc/passwd'``, ``'../x'``)."""
     if len(text) < 2 or "\n" in text or " " in text:
         return

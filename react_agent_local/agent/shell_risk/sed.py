@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from . import paths as where
-
-if TYPE_CHECKING:
-    from .grader import Grader
+from agent.shell_risk import paths as where
+from agent.shell_risk.grades import Walk
 
 
-def grade_sed(g: Grader, args: list[str]) -> None:
+def grade_sed(g: Walk, args: list[str]) -> None:
     scripts, in_place, from_file = _sed_scripts(args)
     if from_file:
         g.flag("unknown", "sed -f reads its script from a file the grader does not see")

@@ -3,11 +3,11 @@
 ``base`` holds the contract (``Tool``, ``ToolRegistry``, the errors); each other module is one tool
 and ends with its ``TOOL`` -- or, for the workspace tools, one concept with its ``TOOLS``: ``files``
 (read_file, write_file, edit_file, replace_function, glob, grep) and ``shell`` (bash), which work in a run's workspace
-and sandbox (``WORKSPACE_TOOLS``; see ``agent/workspace.py``). ``catalog()`` is every local tool; a
+and sandbox (``WORKSPACE_TOOLS``; see ``agent/coding/workspace.py``). ``catalog()`` is every local tool; a
 run gets ``registry_for(names)``, the tools its pack uses. Adding a tool is one entry in ``_LOCAL_TOOLS``, or, for a tool that is not
 part of the package, one ``register`` call on the registry passed to ``run_agent``. ``skill``
 (load_skill) is no entry of the catalog: it is built for each run that has skills, over those skills
-(``with_skills``, ``pack_registry``; see ``agent/skills.py``), and ``lookup_fact`` is bound to a pack's
+(``with_skills``, ``pack_registry``; see ``agent/task/skills.py``), and ``lookup_fact`` is bound to a pack's
 fact names (``with_fact_names``). ``table_query`` (one read-only SQL SELECT over the pack's tables)
 is in the catalog like any other tool: a pack offers it by naming it in ``required_tools``.
 """
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from .base import (ArgumentError, StrictArgs, Tool, ToolContext, ToolError, ToolRegistry, ToolTransportError,
-                   compact_schema)
+from agent.tools.base import (
+    ArgumentError, StrictArgs, Tool, ToolContext, ToolError, ToolRegistry, ToolTransportError, compact_schema
+)
 
 __all__ = ["ArgumentError", "StrictArgs", "Tool", "ToolContext", "ToolError", "ToolRegistry", "ToolTransportError",
            "WORKSPACE_TOOLS", "catalog", "compact_schema", "default_registry", "pack_registry", "registry_for",
@@ -29,7 +30,8 @@ WORKSPACE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "replace_fu
 
 def catalog() -> ToolRegistry:
     """Every tool of the package, in a fixed order."""
-    from . import calculator, facts, files, knowledge, plotting, shell, table_query
+    from agent.tools import calculator, facts, knowledge, plotting, table_query
+    from agent.coding.tools import files, shell
 
     registry = ToolRegistry()
     for module in (knowledge, calculator, plotting, facts, table_query):
@@ -54,7 +56,7 @@ def with_skills(registry: ToolRegistry, skills: Sequence[Any]) -> ToolRegistry:
     are not added (a skill is text, never a permission)."""
     if not skills:
         return registry
-    from .skill import skill_tool
+    from agent.tools.skill import skill_tool
 
     return ToolRegistry(dict(registry.tools)).register(skill_tool(skills))
 
@@ -67,7 +69,7 @@ def pack_registry(pack: Any) -> ToolRegistry | None:
     tool the package lacks: the runtime then fails the run as ``pack_invalid``, naming it."""
     if not pack.skills:
         return with_fact_names(None, pack)
-    from .skill import TOOL_NAME
+    from agent.tools.skill import TOOL_NAME
 
     servers = {s.name for s in pack.task.mcp_servers}
     # Which names are the package's: the rule of Run._bind_tools (runtime.py), where a NAME.tool of
@@ -87,7 +89,7 @@ def with_fact_names(registry: ToolRegistry | None, pack: Any) -> ToolRegistry | 
     ``lookup_fact`` (or MCP servers, whose tools join later) or no readable fact base."""
     if "lookup_fact" not in pack.task.tool_names or pack.task.mcp_servers:
         return registry
-    from .facts import bound_tool
+    from agent.tools.facts import bound_tool
 
     try:
         bound = bound_tool(pack.knowledge_dir)

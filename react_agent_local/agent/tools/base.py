@@ -114,7 +114,7 @@ class Tool:
     import_path: str | None = None
     #: The tool changes nothing -- no file, no state of the run or of a server -- and its result does
     #: not depend on another call of the same step: several calls of read-only tools in one served
-    #: reply run at once (``agent/tool_batch.py``). Off unless a tool says so.
+    #: reply run at once (``agent/core/tool_batch.py``). Off unless a tool says so.
     read_only: bool = False
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ parser sees it, and the parser's output is then walked against an allowlist. In 
    * ``facts['<name>']``: a fact's value -- one this run looked up (``lookup_fact``), else the pack's
      fact base by name or alias;
    * ``cell('<table>', '<row label>', '<column>')``: one number of a table of the pack's knowledge
-     (``agent/tables.py``: ``<table>`` is its ``sql_name`` as knowledge_search shows it, the row is
+     (``agent/task/tables.py``: ``<table>`` is its ``sql_name`` as knowledge_search shows it, the row is
      named by its label column -- the first text column --, the column by its name);
    * ``sum|mean|avg|median|min|max|count(col('<table>', '<column>'))``: an aggregate of a whole
      number column (empty cells left out), as ``table_query``'s SQL aggregates compute it;
@@ -65,9 +65,9 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from ..tables import Table, column_index, label_column, read_tables
-from .base import StrictArgs, Tool, ToolContext, ToolError
-from .facts import FACTS_FILE, load_facts, lookup, looked_up
+from agent.task.tables import Table, column_index, label_column, read_tables
+from agent.tools.base import StrictArgs, Tool, ToolContext, ToolError
+from agent.tools.facts import FACTS_FILE, load_facts, lookup, looked_up
 
 MAX_LENGTH = 240
 MAX_DEPTH = 20

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from .base import StrictArgs, Tool, ToolContext, ToolError
+from agent.tools.base import StrictArgs, Tool, ToolContext, ToolError
 
 FACTS_FILE = "facts.json"
 MAX_FACTS_BYTES = 256 * 1024

@@ -31,8 +31,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..secrets import without_secrets
-from .base import Tool, ToolContext, ToolError
+from agent.util.secrets import without_secrets
+from agent.tools.base import Tool, ToolContext, ToolError
 
 _KILL_GRACE_SECONDS = 0.2
 

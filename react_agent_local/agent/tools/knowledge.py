@@ -31,7 +31,7 @@ refused) or where there are several; a release-rule pack's result is exactly wha
 that names records (by key, title or date) covers them: each named record none of the ``top_k``
 chunks comes from adds its best chunk (``named_records``).
 
-Tables (``tables``, from ``agent/tables.py``): every table of the folder -- markdown, CSV/TSV,
+Tables (``tables``, from ``agent/task/tables.py``): every table of the folder -- markdown, CSV/TSV,
 JSON records -- with every column, its unit and the prose around it (``tables.table_view``); the
 result carries those of the files its chunks (and named records) come from, and the rendered
 Observation shows them whole (a large one by schema and a sample; ``table_query`` reaches the rest).
@@ -67,9 +67,11 @@ from typing import Any
 
 from pydantic import Field
 
-from ..tables import MAX_FILE_BYTES, TABLE_SUFFIXES, NotARegularFile, Table, read_bytes, table_view, tables_from_files
-from .base import StrictArgs, Tool, ToolError
-from .records import RULE_KEYS, RecordError, extract_records, read_records, release_rule_keys
+from agent.task.tables import (
+    MAX_FILE_BYTES, TABLE_SUFFIXES, NotARegularFile, Table, read_bytes, table_view, tables_from_files
+)
+from agent.tools.base import StrictArgs, Tool, ToolError
+from agent.tools.records import RULE_KEYS, RecordError, extract_records, read_records, release_rule_keys
 
 CHUNK_CHARS = 600
 _CACHE_LIMIT = 8
@@ -267,7 +269,7 @@ class KnowledgeIndex:
     data_error: str | None = None
     #: records of any rule (``records.read_records``), where the search returns them (``_shown_records``)
     records: dict[str, dict[str, Any]] | None = None
-    #: every table of every file (``agent/tables.py``), in file then document order
+    #: every table of every file (``agent/task/tables.py``), in file then document order
     tables: tuple[Table, ...] = ()
 
     def search(self, query: str, top_k: int) -> list[tuple[Chunk, float]]:

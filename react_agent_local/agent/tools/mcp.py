@@ -51,7 +51,10 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from .base import ArgumentError, Tool, ToolContext, ToolError, ToolRegistry, ToolTransportError, compact_schema
+from agent.tools.base import (
+    ArgumentError, Tool, ToolContext, ToolError, ToolRegistry, ToolTransportError, compact_schema
+)
+from agent.util.canonical import canonical_json
 
 MAX_DESCRIPTION_CHARS = 300
 MAX_SCHEMA_BYTES = 16 * 1024
@@ -100,8 +103,7 @@ class McpArguments(BaseModel):
 
 def definition_sha256(name: str, description: str | None, input_schema: Any) -> str:
     """The pin of a tool definition: SHA-256 of its canonical JSON (name, description, input schema)."""
-    text = json.dumps({"name": name, "description": description or "", "input_schema": input_schema},
-                      sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = canonical_json({"name": name, "description": description or "", "input_schema": input_schema})
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -113,7 +115,7 @@ def bounded_description(text: str | None, fallback: str) -> str:
 
 def annotated_read_only(listed: Any) -> bool:
     """Whether the server marks a listed tool read-only: ``readOnlyHint`` true and not destructive.
-    A hint the server gives, which only lets calls of the tool run together (``agent/tool_batch.py``)."""
+    A hint the server gives, which only lets calls of the tool run together (``agent/core/tool_batch.py``)."""
     annotations = getattr(listed, "annotations", None)
     return (getattr(annotations, "read_only_hint", None) is True
             and getattr(annotations, "destructive_hint", None) is not True)
@@ -598,7 +600,7 @@ def compose(local: ToolRegistry, mcp: McpTools) -> ToolRegistry:
 
 def parse_server_option(text: str) -> Any:
     """``NAME=COMMAND ARGS...`` (the CLI's ``--mcp``) as an McpServerSpec; ValueError when malformed."""
-    from ..contracts import McpServerSpec
+    from agent.contracts.task import McpServerSpec
 
     name, sep, command = text.partition("=")
     words = shlex.split(command)

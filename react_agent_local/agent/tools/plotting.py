@@ -35,7 +35,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import StrictArgs, Tool, ToolError
+from agent.tools.base import StrictArgs, Tool, ToolError
 
 FIGURE_SIZE_IN = (6.4, 4.0)
 FIGURE_DPI = 100

@@ -1,4 +1,4 @@
-"""load_skill: the skills of one run (``agent/skills.py``), disclosed when the model asks.
+"""load_skill: the skills of one run (``agent/task/skills.py``), disclosed when the model asks.
 
 The tool is built for each run that has skills (``tools.with_skills``): its description is the
 catalog -- every skill's name and description -- and its ``name`` argument an enum of those names,
@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Optional, Sequence
 
 from pydantic import Field, WithJsonSchema, create_model
 
-from .base import StrictArgs, Tool, ToolContext, ToolError
+from agent.tools.base import StrictArgs, Tool, ToolContext, ToolError
 
 TOOL_NAME = "load_skill"
 

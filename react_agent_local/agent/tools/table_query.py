@@ -1,7 +1,7 @@
 """table_query: one read-only SQL SELECT over the pack's tables, run by an embedded DuckDB.
 
 A question over a table is answered by a computation the model writes and the runtime runs, so the
-numbers in the answer are referenced, not retyped. The tables are those ``agent/tables.py`` reads
+numbers in the answer are referenced, not retyped. The tables are those ``agent/task/tables.py`` reads
 from the pack's ``knowledge/`` (markdown, CSV/TSV, JSON records), each by its ``sql_name``, its
 columns by their names without the unit (``"Task Success"``; ``"Task Success (%)"`` as the knowledge
 tool labels it is read as the same column; names are case-insensitive, quote ones with spaces).
@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from ..tables import Column, Table, read_tables
-from .base import StrictArgs, Tool, ToolContext, ToolError
+from agent.task.tables import Column, Table, read_tables
+from agent.tools.base import StrictArgs, Tool, ToolContext, ToolError
 
 if TYPE_CHECKING:  # both are imported when a query runs, not when the registry is built
     from duckdb import DuckDBPyConnection

@@ -20,8 +20,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import NUMBER_PATTERN as NUM
-from ..packkit import PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, rounded, text_of
+from agent.families.packkit import NUMBER_PATTERN as NUM
+from agent.families.packkit import (
+    PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, rounded, text_of
+)
 
 CITIES = ("Porto", "Lyon", "Leeds", "Graz", "Turku", "Utrecht", "Malmo", "Bilbao", "Gdansk", "Brno", "Aarhus",
           "Split")

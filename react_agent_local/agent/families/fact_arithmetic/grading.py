@@ -14,7 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import last_ok, rounded, states
+from agent.families.packkit import last_ok, rounded, states
 
 
 def right_result(data: dict[str, Any]) -> tuple[Fraction, Fraction]:

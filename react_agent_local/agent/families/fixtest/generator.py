@@ -22,7 +22,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from .bugs import BUGS, HELPERS, Case, instantiate, render_test
+from agent.families.fixtest.bugs import BUGS, HELPERS, Case, instantiate, render_test
 
 TEST_COMMAND = "python -m pytest"
 PYTEST_INI = "[pytest]\naddopts = -q --tb=short -p no:cacheprovider\ntestpaths = tests\nconsole_output_style = classic\n"

@@ -26,9 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ...contracts import RunResult
-from ...tools.shell import TEST_ENV
-from ...workspace import is_test_machinery
+from agent.contracts.result import RunResult
+from agent.coding.tools.shell import TEST_ENV
+from agent.coding.workspace import is_test_machinery
 
 _SKIP = ("__pycache__", ".pytest_cache", ".git")
 
@@ -89,7 +89,7 @@ def grade_run(pack: Any, workspace_root: Path | None, result: RunResult) -> list
         hidden = Path(pack.root) / str(check.get("hidden") or "data/hidden")
         if hidden.is_dir():
             shutil.copytree(hidden, copy, dirs_exist_ok=True, symlinks=True)
-        from ...sandbox import SandboxPolicy, SandboxUnavailable, open_sandbox
+        from agent.sandbox import SandboxPolicy, SandboxUnavailable, open_sandbox
 
         try:
             sandbox = open_sandbox(SandboxPolicy(workspace=copy.resolve()))

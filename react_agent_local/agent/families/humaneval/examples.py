@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .problems import Problem
+from agent.families.humaneval.problems import Problem
 
 #: The most characters read for one value: HumanEval's longest written value is a few hundred.
 MAX_VALUE_CHARS = 400

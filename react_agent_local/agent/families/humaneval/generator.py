@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .examples import doctest_text, examples
-from .problems import Problem, hidden_check, subset
+from agent.families.humaneval.examples import doctest_text, examples
+from agent.families.humaneval.problems import Problem, hidden_check, subset
 
 TEST_COMMAND = "python -m doctest tests/examples.txt"
 STUB_BODY = "    raise NotImplementedError\n"
 PROTECTED = ["tests"]
-#: A rewrite after failed examples has its one-line diagnosis tried first (``agent/fix_trials.py``:
+#: A rewrite after failed examples has its one-line diagnosis tried first (``agent/coding/fix_trials.py``:
 #: the same prompt again, up to eight calls a step, each counted in full though the KV cache holds
 #: it) and a code turn of a few hundred tokens: the defaults (32k prompt, 4k generated tokens) ended
 #: 4 of 60 runs at 7c5579a on ``token_budget``, with time to spare. The run's deadline is the

@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ...contracts import RunResult
-from .generator import STUB_BODY
-from .problems import all_problems, hidden_check
+from agent.contracts.result import RunResult
+from agent.families.humaneval.generator import STUB_BODY
+from agent.families.humaneval.problems import all_problems, hidden_check
 
 TIMEOUT_SECONDS = 60.0
 
@@ -22,7 +22,7 @@ TIMEOUT_SECONDS = 60.0
 def check_solution(source: str, task_id: str, timeout_s: float = TIMEOUT_SECONDS) -> list[str]:
     """Failure families of one solution's source against the hidden tests (empty: it passes)."""
     problem = next(p for p in all_problems() if p.task_id == task_id)
-    from ...sandbox import SandboxPolicy, SandboxUnavailable, interpreter, open_sandbox
+    from agent.sandbox import SandboxPolicy, SandboxUnavailable, interpreter, open_sandbox
 
     folder = Path(tempfile.mkdtemp(prefix="react-agent-humaneval-")).resolve()
     try:

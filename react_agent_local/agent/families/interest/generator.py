@@ -21,8 +21,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import (PROTECTED_STOP_REASONS, decks, expression_argument, generate, literal_pattern, number,
-                       rounded, text_of)
+from agent.families.packkit import (
+    PROTECTED_STOP_REASONS, decks, expression_argument, generate, literal_pattern, number, rounded, text_of
+)
 
 OPTIONS: dict[str, tuple[Any, ...]] = {
     "problem": ("compound", "percent_of", "percent_change", "discount_tax", "simple_interest"),

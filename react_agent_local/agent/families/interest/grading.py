@@ -13,7 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import last_ok, rounded, states
+from agent.families.packkit import last_ok, rounded, states
 
 
 def right_value(data: dict[str, Any]) -> Fraction:

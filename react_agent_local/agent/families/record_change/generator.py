@@ -17,9 +17,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import NUMBER_PATTERN as NUM
-from ..packkit import (PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, rounded,
-                       text_of, verdict_check)
+from agent.families.packkit import NUMBER_PATTERN as NUM
+from agent.families.packkit import (
+    PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, rounded, text_of, verdict_check
+)
 
 LABELS = (("North", "South", "East", "West", "Central", "Coast"),
           ("Team Red", "Team Blue", "Team Green", "Team Gold", "Team Teal", "Team Grey"),

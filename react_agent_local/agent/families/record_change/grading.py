@@ -15,8 +15,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import false_claims, last_ok, rounded, said, states, states_as
-from .generator import NEGATIVE, POSITIVE
+from agent.families.packkit import false_claims, last_ok, rounded, said, states, states_as
+from agent.families.record_change.generator import NEGATIVE, POSITIVE
 
 
 def right_change(data: dict[str, Any]) -> tuple[Fraction, Fraction, bool]:

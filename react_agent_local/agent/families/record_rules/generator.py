@@ -23,8 +23,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import NUMBER_PATTERN as NUM
-from ..packkit import PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, verdict_check
+from agent.families.packkit import NUMBER_PATTERN as NUM
+from agent.families.packkit import (
+    PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, verdict_check
+)
 
 QUESTIONS = ("gap", "spread", "lowest", "highest", "average")
 LABELS = {

@@ -17,8 +17,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import false_claims, last_ok, said, states_as
-from .generator import NEGATIVE, POSITIVE
+from agent.families.packkit import false_claims, last_ok, said, states_as
+from agent.families.record_rules.generator import NEGATIVE, POSITIVE
 
 
 def _f(value: Any) -> Fraction:

@@ -32,7 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..packkit import PROTECTED_STOP_REASONS, Deck
+from agent.families.packkit import PROTECTED_STOP_REASONS, Deck
 
 CASES = ("both", "avg_fails", "floor_fails", "both_fail")
 

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ...contracts import RunResult
+from agent.contracts.result import RunResult
 
 _NUMBER = r"-?\d+(?:\.\d+)?"
 _NUMBERS = re.compile(rf"(?<![\d.]){_NUMBER}")

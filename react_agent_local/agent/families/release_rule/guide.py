@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from ...contracts import Observation
-from ...tools.knowledge import lowest_group, render_number
+from agent.contracts.decision import Observation
+from agent.tools.knowledge import lowest_group, render_number
 
 _FORMS = {
     "en": ("The average is {number} and the lowest value is {number}. "

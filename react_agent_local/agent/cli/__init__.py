@@ -1,0 +1,1 @@
+"""The terminal: ``python -m agent`` / ``react-agent`` and its subcommands (``main``)."""

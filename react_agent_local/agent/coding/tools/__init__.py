@@ -1,0 +1,1 @@
+"""The workspace tools: file reads and edits, the shell, and the operations both share."""
