@@ -45,7 +45,7 @@ from agent.models.backends import load_policy, unload_all  # noqa: E402
 from agent.contracts.budgets import Budgets, Sampling  # noqa: E402
 from agent.models.model_policy import ModelRequest  # noqa: E402
 from agent.task.packs import load_pack  # noqa: E402
-from agent.core.runtime import run_agent  # noqa: E402
+from agent.core.run import run_agent  # noqa: E402
 
 
 def p90(values: list[float]) -> float:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from agent.models.backends.scripted import ScriptedPolicy  # noqa: E402
 from agent.contracts.budgets import Budgets  # noqa: E402
 from agent.task.packs import load_pack  # noqa: E402
-from agent.core.runtime import run_agent  # noqa: E402
+from agent.core.run import run_agent  # noqa: E402
 from runtime_helpers import chain_outputs  # noqa: E402
 
 

@@ -32,7 +32,7 @@ from agent.models.backends import load_model, unload_all  # noqa: E402
 from agent.contracts.budgets import Budgets, Sampling  # noqa: E402
 from agent.models.providers import LocalModelSpec, OpenAICompatibleSpec
 from agent.task.packs import load_pack  # noqa: E402
-from agent.core.runtime import run_agent  # noqa: E402
+from agent.core.run import run_agent  # noqa: E402
 
 
 def free_port() -> int:

@@ -11,7 +11,8 @@ from agent.models.backends.scripted import ScriptedPolicy
 from agent.contracts.budgets import Budgets, Sampling
 from agent.tools.knowledge import search_knowledge
 from agent.task.packs import TaskPack, load_pack
-from agent.core.runtime import RunOutcome, run_agent
+from agent.core.runtime import RunOutcome
+from agent.core.run import run_agent
 from agent.tools import ToolRegistry
 
 

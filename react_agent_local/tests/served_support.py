@@ -24,7 +24,8 @@ from agent.models.backends.served import ServedAccess
 from agent.models.providers import AnthropicSpec, OpenAICompatibleSpec
 from agent.contracts.budgets import Budgets
 from agent.task.packs import load_pack
-from agent.core.runtime import RunOutcome, run_agent
+from agent.core.runtime import RunOutcome
+from agent.core.run import run_agent
 
 BASE_URL = "http://127.0.0.1:8999/v1"
 SECRET = "sk-test-SECRET-0123456789abcdef"

@@ -24,7 +24,7 @@ from agent.families.humaneval.generator import generate_packs
 from agent.families.humaneval.problems import subset
 from agent.models.model_policy import CODE_FENCE, CODE_FENCE_END, code_value
 from agent.task.packs import TaskPack
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.prompts.prompting import FAILED_TURN
 from agent.coding.workspace_evidence import doctest_failures, failure_summary
 

@@ -17,7 +17,7 @@ from agent.cli.event_lines import format_event
 from agent.families.fixtest.generator import generate_packs
 from agent.coding.fix_trials import WIDER_TRIALS, degenerate, trimmed, unreachable
 from agent.task.packs import TaskPack
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
 
 

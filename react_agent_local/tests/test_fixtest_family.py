@@ -23,7 +23,7 @@ from agent.families.fixtest.bugs import BUGS
 from agent.families.fixtest.generator import generate_packs
 from agent.models.model_policy import ModelRequest
 from agent.task.packs import PackError, TaskPack, load_pack
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.coding.workspace import WorkspaceOptions
 from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS
 from agent.coding.workspace_grading import grade_workspace

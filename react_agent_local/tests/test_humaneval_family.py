@@ -212,7 +212,7 @@ def test_the_first_version_is_asked_in_the_benchmarks_own_words_and_a_rewrite_in
 
     from agent.models.backends.scripted import ScriptedPolicy
     from agent.contracts.budgets import Budgets
-    from agent.core.runtime import run_agent
+    from agent.core.run import run_agent
     from agent.coding.workspace_evidence import spec_of
 
     bench = Path(__file__).resolve().parents[1] / "bench" / "humaneval_single_shot.py"
@@ -292,7 +292,7 @@ def test_a_refused_first_version_is_asked_again_in_other_words_then_sampled_neve
     with the refusal said."""
     from agent.models.backends.scripted import ScriptedPolicy
     from agent.contracts.budgets import Budgets
-    from agent.core.runtime import run_agent
+    from agent.core.run import run_agent
     from agent.coding.workspace_evidence import spec_of
 
     root = generate_packs(tmp_path, 1, 0)[0]

@@ -25,7 +25,7 @@ from agent.models.backends.scripted import ScriptedPolicy
 from agent.contracts.budgets import Budgets
 from agent.contracts.task import McpServerSpec
 from agent.task.packs import PACKAGE_ROOT, TaskPack, load_pack
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.tools import ArgumentError, Tool, ToolRegistry, catalog, registry_for
 from agent.tools.facts import load_facts
 from agent.tools.mcp import (

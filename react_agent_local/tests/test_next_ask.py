@@ -64,7 +64,7 @@ def test_a_result_that_fails_an_expectation_is_asked_again_with_its_hint_and_nar
     assert branch.target.startswith(f"the average of the {len(BATCHES)} values (compute the average")
     assert dict(branch.narrowed)["expression"]["pattern"].endswith(f"/ {len(BATCHES)}$")
     assert [e.tool for e in evidence.failing()] == ["calculator"]
-    assert "the latest calculator result" in " ".join(premature(evidence, ["obs-knowledge_search-1"], PACK.task, None))
+    assert "the latest calculator result" in " ".join(premature(evidence, ["obs-knowledge_search-1"]))
 
 
 def test_the_expected_value_worked_out_over_the_evidence_is_a_draft_of_the_expression():
@@ -84,7 +84,7 @@ def test_with_every_required_observation_the_final_is_asked_with_its_evidence_an
     assert branch.evidence_ids == ("obs-knowledge_search-1", "obs-calculator-2", "obs-plot-3")
     assert branch.answer_form == PACK.guide(evidence.latest_ok, "en").answer_form
     assert f"{MEAN:g}" in branch.numbers and "70" in branch.numbers  # the average and every_batch_gte
-    assert premature(evidence, list(branch.evidence_ids), PACK.task, None) == []
+    assert premature(evidence, list(branch.evidence_ids)) == []
 
 
 def test_free_mode_offers_the_final_only_once_the_gate_could_accept_it():

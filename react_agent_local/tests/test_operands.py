@@ -15,7 +15,7 @@ from agent.contracts.decision import Observation
 from agent.gate.numbers import numbers_in
 from agent.gate.operands import ungrounded_operands
 from agent.task.packs import TaskPack, load_pack
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.tools.knowledge import search_knowledge
 from agent.families.release_rule.generator import generate_packs
 from runtime_helpers import chain_outputs, events_of, run_scripted

@@ -19,7 +19,7 @@ from agent.models.model_policy import ModelUnavailable
 from agent.task.packs import PACKAGE_ROOT, load_pack
 from agent.models.model_policy import EXPLORE_TEMPERATURE
 from agent.prompts.prompting import FAILED_TURN
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.tools import ToolError, catalog, default_registry
 from agent.tools.calculator import CALCULATOR_PATTERN
 from runtime_helpers import chain_outputs, events_of, run_scripted, types

@@ -31,7 +31,7 @@ from agent.models.backends.openai_compatible import OpenAICompatiblePolicy
 from agent.contracts.budgets import Budgets
 from agent.models.providers import OpenAICompatibleSpec
 from agent.task.packs import load_pack
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 
 MODEL = Path(os.environ.get("REACT_AGENT_SERVED_MODEL")
              or MODEL_DIR / "qwen2.5-coder-0.5b-gguf" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")

@@ -17,7 +17,7 @@ from agent.cli.main import main
 from agent.contracts.budgets import Budgets
 from agent.task.packs import PackError, TaskPack, load_pack
 from agent.prompts.prompting import OBSERVATION_CHARS, system_message
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.task.skills import MAX_TEXT_CHARS, SkillError, folder_skills, with_folders
 from agent.tools import ArgumentError, ToolError, pack_registry, registry_for, with_skills
 from agent.tools.skill import TOOL_NAME, skill_tool

@@ -161,7 +161,7 @@ def test_openapi_lists_the_stream(client):
 
 def test_reads_wait_on_no_store_lock_and_no_disk_write(tmp_path):
     def run_fn(pack, policy, budgets, *, sink, cancel, **_):
-        from agent.core.runtime import run_agent
+        from agent.core.run import run_agent
 
         return run_agent(pack, policy, budgets, sink=sink, cancel=cancel, artifact_dir=tmp_path / "art")
 

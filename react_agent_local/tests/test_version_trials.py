@@ -16,7 +16,7 @@ from agent.cli.event_lines import format_event
 from agent.families.humaneval.generator import TEST_COMMAND, generate_packs
 from agent.families.humaneval.problems import all_problems
 from agent.task.packs import TaskPack
-from agent.core.runtime import run_agent
+from agent.core.run import run_agent
 from agent.coding.version_trials import MAX_VERSIONS, version_key, written_versions
 from agent.coding.workspace_evidence import spec_of
 

@@ -90,6 +90,7 @@ def tree(root: Path) -> dict[str, bytes]:
 def test_workspace_tools_are_in_the_one_registry_with_schemas():
     described = {t["name"]: t for t in REGISTRY.describe()}
     assert WORKSPACE_TOOLS <= set(described)
+    assert WORKSPACE_TOOLS == {t.name for t in catalog() if t.workspace}  # the name list and the field agree
     assert set(described["edit_file"]["arguments_schema"]["required"]) == {"path", "old", "new"}
     assert described["bash"]["arguments_schema"]["required"] == ["command"]
     committed = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "tool_registry.json").read_text())

@@ -64,7 +64,7 @@ def print_metrics(metrics: dict[str, Any] | None) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agent.models.model_policy import ModelUnavailable  # noqa: F401  (documented failure type)
-    from agent.core.runtime import run_agent
+    from agent.core.run import run_agent
 
     goal = _goal_of(args)
     if goal is not None:

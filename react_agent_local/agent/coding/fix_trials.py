@@ -50,7 +50,7 @@ from typing import Any, Callable
 from agent.contracts.decision import Observation
 from agent.models.decisions import DecisionError
 from agent.tools import ToolContext, ToolError
-from agent.coding.workspace_evidence import blamable_lines, failure_summary, parse_diagnosis, passed
+from agent.coding.workspace_evidence import FixTrial, blamable_lines, failure_summary, parse_diagnosis, passed
 
 #: the most diagnoses tried per step before the step is asked as before: the model's first, one for
 #: each other line of a short function (the generated packs' have one to five), then wider draws
@@ -298,16 +298,16 @@ def _text(data: Any) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
 
 
-def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any, Any], Any], scratch: Scratch,
-           emit: Callable[..., Any], *, deadline: float | None, cancel: Any) -> tuple[Any, list[str]]:
-    """The step's branch after its diagnoses were tried, and the fixes that failed.
+def settle(branch: Any, trial: FixTrial, propose: Callable[[Any, bool], Any], read: Callable[[Any, Any], Any],
+           scratch: Scratch, emit: Callable[..., Any], *, deadline: float | None,
+           cancel: Any) -> tuple[Any, list[str]]:
+    """The step's branch after its diagnosis (``trial``) was tried, and the fixes that failed.
 
     The first diagnosis is the model's own choice of line; after it fails, each other line of the
     function is named in turn and the model asked for its fix (``sweep``), then the model's choice
     again, sampled more widely. ``propose(probe, wider)`` asks the policy for the arguments alone;
     ``read(probe, candidate)`` is the candidate's Decision (a ``DecisionError`` ends the trials). A
     passing fix settles the branch: its diagnosis and the fixed source become ``const``."""
-    trial = branch.trial
     failed: list[str] = []
     sweep: list[str] | None = None  # the lines still to be named, once the first diagnosis failed
     wider = WIDER_TRIALS
@@ -341,15 +341,15 @@ def settle(branch: Any, propose: Callable[[Any, bool], Any], read: Callable[[Any
              named=only is not None, refused=refusal is not None, **outcome.public(),
              **({"written": written[1]} if written and written[1] != fix else {}))
         if outcome.passed:
-            return replace(narrowed_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}),
-                           trial=None), failed
+            return narrowed_with(branch, diagnosis={"const": diagnosis}, source={"type": "string", "const": source}), \
+                failed
         if fix not in failed:
             failed.append(fix)
         if sweep is None:
             sweep = [line for line in trial.lines() if line != wrong]
     if not failed:
-        return replace(branch, trial=None), failed
-    return replace(narrowed_with(branch, diagnosis=trial.schema(failed)), trial=None), failed
+        return branch, failed
+    return narrowed_with(branch, diagnosis=trial.schema(failed)), failed
 
 
 def narrowed_with(branch: Any, **schemas: dict[str, Any]) -> Any:

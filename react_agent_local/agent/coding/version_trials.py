@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import textwrap
 import time
-from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from agent.models.decisions import DecisionError
@@ -66,8 +65,8 @@ def written_versions(observations: Iterable[Any], workspace: Any, path: str, nam
     return {version_key(v) for v in versions if v.strip()}
 
 
-def settle(branch: Any, propose: Callable[[Any], Any], read: Callable[[Any, Any], Any], scratch: Scratch,
-           emit: Callable[..., Any], failed: set[str], *, deadline: float | None, cancel: Any,
+def settle(branch: Any, path: str, name: str, propose: Callable[[Any], Any], read: Callable[[Any, Any], Any],
+           scratch: Scratch, emit: Callable[..., Any], failed: set[str], *, deadline: float | None, cancel: Any,
            limit: int = MAX_VERSIONS) -> Any:
     """The step's branch with the version to write settled: the first of up to ``limit`` drawn
     versions the tests pass on, else the last one drawn that the tests ran on, else the last one
@@ -75,7 +74,6 @@ def settle(branch: Any, propose: Callable[[Any], Any], read: Callable[[Any, Any]
     ``propose(branch)`` asks the policy for one whole Decision, ``read(branch, candidate)`` is its
     Decision (a ``DecisionError``: that draw is lost, the next is asked for). ``failed`` holds the
     keys (``version_key``) of versions the tests failed on; it gains this step's."""
-    path, name = branch.versions
     chosen: str | None = None
     for n in range(1, limit + 1):
         started = time.monotonic()
@@ -100,5 +98,5 @@ def settle(branch: Any, propose: Callable[[Any], Any], read: Callable[[Any, Any]
             break
         failed.add(key)
     if chosen is None:
-        return replace(branch, versions=None)
-    return replace(narrowed_with(branch, source={"type": "string", "const": chosen}), versions=None)
+        return branch
+    return narrowed_with(branch, source={"type": "string", "const": chosen})

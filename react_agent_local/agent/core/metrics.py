@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.gate.claims import stated_comparisons, stated_verdict
 from agent.contracts.decision import FinalDecision
 from agent.contracts.result import Metrics
 from agent.contracts.budgets import Usage
 from agent.gate.numbers import close, read_numbers
-from agent.task.packs import PackError
-
-if TYPE_CHECKING:
-    from agent.task.packs import TaskPack
+from agent.task.packs import PackError, TaskPack
+from agent.tools import ToolContext
 
 DEFAULT_PROTECTED = ("cancelled", "max_steps", "tool_budget", "token_budget", "timeout", "loop_detected",
                      "final_unverified", "invalid_decision")
@@ -45,7 +43,7 @@ class RunRecord:
     guard_fired: bool = False
     usage: Usage = field(default_factory=Usage)
     total_ms: float = 0.0
-    workspace: Any = None  # the run's workspace.Workspace, for a workspace_tests check
+    context: ToolContext | None = None  # the run's tool context (its workspace, for a workspace_tests check)
 
 
 def _close(a: Any, b: Any, tol: float = 1e-6) -> bool:
@@ -182,7 +180,8 @@ def task_success_checks(record: RunRecord, expected: dict[str, Any], final: Fina
         elif kind == "workspace_tests":
             from agent.coding.workspace_grading import grade_workspace
 
-            out[name] = record.workspace is not None and grade_workspace(check, record.workspace).passed
+            workspace = record.context.workspace if record.context is not None else None
+            out[name] = workspace is not None and grade_workspace(check, workspace).passed
         else:
             raise PackError(f"unknown grading check type '{kind}'")
     return out

@@ -4,15 +4,15 @@
 
     free mode      the model chooses among the run's tools, and the Final once the evidence gate
                    could accept one; it is told which declared subgoal item nothing covers yet
-    guided mode    a workspace task: its next read, change or test run (``workspace_evidence.py``);
-                   otherwise the first required tool (or subgoal item) without a successful
-                   Observation, narrowed or drafted from the expectations on its result; a tool whose
-                   result fails an expectation, asked again with what the result must be
+    guided mode    the first required tool (or subgoal item) without a successful Observation,
+                   narrowed or drafted from the expectations on its result; a tool whose result
+                   fails an expectation, asked again with what the result must be (a task strategy
+                   with steps of its own, ``strategy.py``, asks for those first and for no
+                   required tool)
     either         the Final: the evidence to cite, the answer form, and for its slots the numbers
                    and values the cited evidence holds
 
-It reads a ``StepEvidence`` (``step_evidence.py``) and the workspace's current files, calls no
-model and runs no tool, so a test can ask it directly what a run would ask next
+It reads a ``StepEvidence`` (``step_evidence.py``), calls no model and runs no tool, so a test can ask it directly what a run would ask next
 (``tests/test_next_ask.py``).
 """
 
@@ -28,26 +28,18 @@ from agent.task.packs import item_key
 from agent.prompts.prompting import VISIBLE_OBSERVATIONS, Branch
 from agent.core.step_evidence import StepEvidence
 from agent.tools import ToolRegistry
-from agent.coding.workspace_evidence import next_step
 
 FREE_SUMMARY = "Free mode: the model chooses the next tool or the final answer."
 FINAL_SUMMARY = "All required observations present: answer with evidence."
 
 
-def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRegistry, workspace: Any = None,
-             language: str = "en", failed_fixes: Any = ()) -> Branch:
-    """The Branch of the next step (see the module docstring)."""
+def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRegistry, language: str = "en",
+             ask_required: bool = True) -> Branch:
+    """The Branch of the next step (see the module docstring). ``ask_required``: False where the
+    task strategy's own steps replace the required tools' order (when they are done, the Final)."""
     if mode == "free":
         return _free(task, evidence, tools, language)
-    # A workspace task's reads, changes and test runs follow its evidence (workspace_evidence.py),
-    # not the fixed order below; when it has nothing left to do, the Final comes next.
-    step = next_step(task, list(evidence.observations), workspace, failed_fixes) if task.workspace is not None else None
-    if step is not None:
-        return Branch("action", tool=step.tool, target=step.target, narrowed=step.narrowed, drafts=step.drafts,
-                      code_field=step.code_field, explore=step.explore, trial=step.trial, spec=step.spec,
-                      versions=step.versions,
-                      summary=_summary(task, tools, step.tool))
-    for tool in (task.required_tools if task.workspace is None else ()):
+    for tool in (task.required_tools if ask_required else ()):
         items = task.subgoals.get(tool)
         if items:
             covered = evidence.covered.get(tool, {})

@@ -31,7 +31,7 @@ from agent.contracts.decision import ActionDecision, FinalDecision, Observation,
 from agent.contracts.budgets import Budgets, Sampling, Usage
 from agent.models.decisions import DecisionError
 from agent.core.execution import Cancelled, run_attempt
-from agent.coding.fix_trials import Scratch, settle
+from agent.core.strategy import EvidenceStrategy, Services, StrategySource
 from agent.tools.mcp_binding import ToolsUnavailable, bind_tools
 from agent.core.metrics import RunRecord, compute_metrics
 from agent.models.model_call import ModelCall, decision_of, load_policy
@@ -45,13 +45,8 @@ from agent.prompts.prompting import (
 )
 from agent.core.step_evidence import StepEvidence, premature, step_evidence
 from agent.core.tool_batch import Batch, Call, plan
-from agent.tools import WORKSPACE_TOOLS, ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError
+from agent.tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError
 from agent.contracts.trace import Trace
-from agent.coding.version_trials import settle as settle_versions
-from agent.coding.version_trials import written_versions
-from agent.coding.workspace import WorkspaceOptions, WorkspaceUnavailable
-from agent.coding.workspace import bind as bind_workspace
-from agent.coding.workspace_evidence import action_state
 
 PolicySource = Policy | Callable[[], Policy]
 
@@ -92,13 +87,14 @@ class Run:
     def __init__(self, pack: TaskPack, policy: PolicySource, budgets: Budgets, *, artifact_dir: Path,
                  cancel: threading.Event | None, sink: Callable[[dict[str, Any]], None] | None,
                  tools: ToolRegistry | None, mode: str | None, sampling: Sampling | None = None,
-                 allowed_tools: Iterable[str] | None = None, workspace: WorkspaceOptions | None = None,
+                 allowed_tools: Iterable[str] | None = None, strategy: StrategySource | None = None,
                  prior: PriorTurns | None = None):
         self.pack, self.budgets, self.sampling = pack, budgets, sampling or Sampling()
         self.policy_source, self.policy = policy, None
         self.tools, self.mcp_tools = tools, None
         self.allowed_tools = set(allowed_tools) if allowed_tools is not None else None
-        self.workspace_options = workspace
+        self.strategy_source = strategy or (lambda pack, tools: EvidenceStrategy())
+        self.strategy = EvidenceStrategy()  # the run's, once its tools are bound (``strategy.py``)
         self.mode = mode or pack.task.mode
         self.language = goal_language(pack.task.goal)
         self.cancel = cancel or threading.Event()
@@ -124,7 +120,6 @@ class Run:
         self._refused = False  # a Final was refused: the next ones are sampled more widely
         self._unverified: UnverifiedFinal | None = None  # the best Final refused for its claims so far
         self._unfounded = False  # ... for a number no Observation holds: the next free step offers tools only
-        self._failed_fixes: list[tuple[str, str, str]] = []  # (path, function, fix) a trial failed
         self.step = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -140,9 +135,9 @@ class Run:
             self._load_policy()
             self.evidence = self._evidence()
             while True:
-                branch = next_ask(self.pack.task, self.evidence, mode=self.mode, tools=self.tools,
-                                  workspace=self.ctx.workspace, language=self.language,
-                                  failed_fixes=self._failed_fixes)
+                branch = self.strategy.next_action(list(self.observations), self.mode) or next_ask(
+                    self.pack.task, self.evidence, mode=self.mode, tools=self.tools, language=self.language,
+                    ask_required=self.strategy.asks_required_tools)
                 if self._refused and branch.kind != "action":  # the likeliest Final was refused: sample wider
                     branch = replace(branch, explore=True)
                 if self._unfounded and branch.kind == "free":  # a number no Observation holds: evidence first
@@ -153,10 +148,7 @@ class Run:
                 self.step += 1
                 self.usage.steps += 1
                 self.trace.emit("budget", "run", self.step, remaining=self._remaining())
-                if branch.trial is not None:                                      # a diagnosis tried first
-                    branch = self._try_fixes(branch)
-                elif branch.versions is not None and branch.explore:              # sampled versions tried first
-                    branch = self._try_versions(branch)
+                branch = self.strategy.before_decision(branch, self._services())  # e.g. a fix tried first
                 decision = self._decide(branch)                                   # generate, parse, repair
                 if isinstance(decision, FinalDecision):
                     if self._accept_final(decision):                              # evidence gate + claims
@@ -181,22 +173,17 @@ class Run:
         return self._finish(stop_reason, final, error)
 
     def _bind_tools(self) -> None:
-        """The run's tools and MCP servers (closed by ``_finish``); for the workspace tools, their
-        workspace and sandbox, or no run at all."""
+        """The run's tools and MCP servers (closed by ``_finish``), its strategy and the tool context
+        the strategy binds, or no run at all."""
         try:
             self.tools, self.mcp_tools = bind_tools(self.pack, self.tools, self.allowed_tools, cancel=self.cancel,
                                                     deadline=self.deadline, emit=self._tool_event)
+            self.strategy = self.strategy_source(self.pack, self.tools)
+            self.ctx = self.strategy.bind(self.ctx, run_dir=self.ctx.artifact_dir.parent, deadline=self.deadline,
+                                          emit=self._tool_event)
         except ToolsUnavailable as exc:
             raise _Stop(exc.stop_reason, exc.error) from None
-        if WORKSPACE_TOOLS & set(self.tools.names):
-            try:
-                self.ctx = bind_workspace(self.ctx, self.pack.task, self.pack.root, self.workspace_options,
-                                          self.ctx.artifact_dir.parent, deadline=self.deadline,
-                                          emit=self._tool_event)
-            except WorkspaceUnavailable as exc:
-                raise _Stop("runtime_error", ToolErrorInfo(code=exc.code, message=exc.message[:300])) from None
-            self.record.workspace = self.ctx.workspace
-            self.trace.emit("workspace.ready", "tool", sandbox=self.ctx.sandbox.kind, **self.ctx.workspace.describe())
+        self.record.context = self.ctx
 
     def _tool_event(self, kind: str, **data: Any) -> dict[str, Any]:
         return self.trace.emit(kind, "tool", self.step, **data)
@@ -242,30 +229,12 @@ class Run:
             return decision
         raise _Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
 
-    def _try_fixes(self, branch: Branch) -> Branch:
-        """The step's diagnosis tried on a scratch copy before any code is written (``fix_trials.py``)."""
-        scratch = Scratch.open(self.ctx) if self.policy.proposes_arguments else None
-        if scratch is None:
-            return replace(branch, trial=None)
-        with scratch:
-            settled, failed = settle(
-                branch, lambda probe, wider: self._generate(probe, 0, None, arguments_only=True, wider=wider),
-                lambda probe, candidate: decision_of(probe, candidate, self.tools.names), scratch, self._tool_event,
-                deadline=self.deadline, cancel=self.cancel)
-        self._failed_fixes += [(branch.trial.path, branch.trial.name, fix) for fix in failed]
-        return settled
-
-    def _try_versions(self, branch: Branch) -> Branch:
-        """The step's sampled versions tried on a scratch copy before one is written (``version_trials.py``)."""
-        scratch = Scratch.open(self.ctx) if self.policy.proposes_arguments else None
-        if scratch is None:
-            return replace(branch, versions=None)
-        path, name = branch.versions
-        failed = written_versions(self.observations, self.ctx.workspace, path, name)
-        with scratch:
-            return settle_versions(branch, lambda probe: self._generate(probe, 0, None, aside=True),
-                                   lambda probe, candidate: decision_of(probe, candidate, self.tools.names), scratch,
-                                   self._tool_event, failed, deadline=self.deadline, cancel=self.cancel)
+    def _services(self) -> Services:
+        """What the strategy's ``before_decision`` may use: proposals outside the conversation."""
+        return Services(propose=lambda probe, **how: self._generate(probe, 0, None, **how),
+                        read=lambda probe, candidate: decision_of(probe, candidate, self.tools.names),
+                        emit=self._tool_event, observations=self.observations,
+                        proposes_arguments=self.policy.proposes_arguments, deadline=self.deadline, cancel=self.cancel)
 
     def _generate(self, branch: Branch, attempt: int, repair_error: str | None, *, arguments_only: bool = False,
                   wider: bool = False, aside: bool = False) -> Candidate:
@@ -325,7 +294,8 @@ class Run:
 
     def _accept_final(self, decision: FinalDecision) -> bool:
         """The evidence gate, then the claims (``claims.py``). A refused Final becomes feedback."""
-        problems = premature(self.evidence, decision.evidence_ids, self.pack.task, self.ctx.workspace)
+        problems = premature(self.evidence, decision.evidence_ids) + \
+            self.strategy.final_problems(list(self.observations), decision.evidence_ids)
         claims: list[str] = []
         if not problems:
             known = {o.id: o for o in self.observations}
@@ -411,7 +381,7 @@ class Run:
                     code="repeated_invalid_arguments", tool=decision.tool, validator_error=obs.error.model_dump())
 
     def _guard_repeated_action(self, tool: str, normalized: dict[str, Any]) -> None:
-        signature = canonical({"tool": tool, "arguments": normalized, **action_state(tool, self.ctx.workspace)})
+        signature = canonical({"tool": tool, "arguments": normalized, **self.strategy.action_state(tool)})
         # fired, the repeated valid action is not dispatched again
         self._guard("guard.loop_detected", self.budgets.repeated_action_limit, ("valid_action", signature),
                     repeated_action={"tool": tool, "arguments": normalized})
@@ -540,17 +510,3 @@ class Run:
                         error=error.model_dump() if error else None, trace_dropped=self.trace.dropped)
         return RunOutcome(result=result, events=self.trace.events)
 
-
-def run_agent(pack: TaskPack, policy: PolicySource, budgets: Budgets | None = None, *, artifact_dir: Path,
-              cancel: threading.Event | None = None, sink: Callable[[dict[str, Any]], None] | None = None,
-              tools: ToolRegistry | None = None, mode: str | None = None,
-              sampling: Sampling | None = None, allowed_tools: Iterable[str] | None = None,
-              workspace: WorkspaceOptions | None = None, prior: PriorTurns | None = None) -> RunOutcome:
-    """Run one task to a terminal state. ``policy`` may be a loaded Policy or a loader callable.
-    ``allowed_tools`` narrows the pack's tools (MCP ones included); it never adds any. ``workspace``
-    is the operator's choice for the workspace tools (``workspace.WorkspaceOptions``). ``prior`` carries
-    a session's earlier turns (``PriorTurns``)."""
-    run = Run(pack, policy, Budgets.layered(pack.task.budgets, budgets), artifact_dir=artifact_dir, cancel=cancel, sink=sink,
-              tools=tools, mode=mode, sampling=sampling, allowed_tools=allowed_tools, workspace=workspace,
-              prior=prior)
-    return run.execute()

@@ -9,8 +9,8 @@ narrow to, with their evidence references resolved. The runtime builds one whene
 Observation is added and hands the same object to what it asks next (``next_ask.py``), to the
 prompt and to the Final gate (``premature``), so they cannot disagree about the evidence.
 
-Nothing here runs a tool, reads a file or emits an event; a workspace task's own evidence (test
-runs after the last change) is ``workspace_evidence.py``'s.
+Nothing here runs a tool, reads a file or emits an event; what a kind of task asks of a Final
+beyond this evidence is its strategy's (``strategy.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from agent.contracts.task import AnswerGuide, CheckSpec, TaskSpec
 from agent.contracts.decision import Observation, latest_ok
 from agent.task.packs import item_key
 from agent.tools import ToolRegistry
-from agent.coding.workspace_evidence import final_problems
 
 #: ``TaskPack.guide``: the answer guide for the latest successful Observations of the run's tools
 GuideSource = Callable[[Mapping[str, Observation], str], AnswerGuide | None]
@@ -193,7 +192,7 @@ def ref_tool(operand: float | str, names: list[str]) -> str | None:
     return next((name for name in names if ref.startswith(name + ".")), None)
 
 
-def premature(evidence: StepEvidence, evidence_ids: list[str], task: TaskSpec, workspace: Any) -> list[str]:
+def premature(evidence: StepEvidence, evidence_ids: list[str]) -> list[str]:
     """Why a Final citing ``evidence_ids`` comes too early; empty when the evidence gate lets it through."""
     known = {o.id for o in evidence.observations}
     problems = []
@@ -212,4 +211,4 @@ def premature(evidence: StepEvidence, evidence_ids: list[str], task: TaskSpec, w
             # 12 was refused for not citing turn 11's lookup, then answered turn 11's question).
             problems.append(f"evidence_ids must cite the latest successful {what} observation {obs_id}")
     problems += [f"the latest {e.tool} result {e.falls_short()}" for e in evidence.failing()]
-    return problems + final_problems(task, list(evidence.observations), workspace, evidence_ids)
+    return problems

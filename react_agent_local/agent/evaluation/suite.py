@@ -30,7 +30,8 @@ from typing import Any
 from agent.contracts.budgets import Budgets, Sampling
 from agent.families import DEFAULT_FAMILY, FAMILIES, generator, grade_run, verdict_case
 from agent.task.packs import PackError, TaskPack, load_pack
-from agent.core.runtime import PolicySource, run_agent
+from agent.core.runtime import PolicySource
+from agent.core.run import run_agent
 from agent.tools import pack_registry
 from agent.contracts.trace import write_events
 from agent.coding.workspace import WorkspaceOptions

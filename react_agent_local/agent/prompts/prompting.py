@@ -20,17 +20,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from agent.util.paths import PACKAGE_ROOT
+from agent.contracts.decision import Observation
+from agent.contracts.task import AnswerGuide
 from agent.tools import ToolRegistry
-
-if TYPE_CHECKING:
-    # Type hints only: this module reads Observations and answer guides and never builds one, so it
-    # needs nothing of contracts.py at run time; contracts.py leads (through providers.py) to
-    # model_policy.py, which builds its prompt from here.
-    from agent.contracts.task import AnswerGuide
-    from agent.contracts.decision import Observation
+from agent.util.paths import PACKAGE_ROOT
 
 PROMPTS_DIR = PACKAGE_ROOT / "prompts"
 VISIBLE_OBSERVATIONS = 10
@@ -149,12 +144,6 @@ class Branch:
     #: asked again after the same kind of Decision failed (a tool attempt, a wrong result): the
     #: failed Decisions are not shown in the history (``without_failed_turns``); ``explore`` implies it
     again: bool = False
-    #: a diagnosis the runtime may try before the code is written (``workspace_evidence.FixTrial``,
-    #: ``fix_trials.py``); never part of the prompt
-    trial: Any = None
-    #: (path, name) of a function written from its docstring whose sampled versions the runtime may
-    #: try before one is written (``version_trials.py``); never part of the prompt
-    versions: tuple[str, str] | None = None
 
     @property
     def prefix(self) -> str:

@@ -52,7 +52,8 @@ from agent.contracts.result import RunResult
 from agent.contracts.task import TaskSpec
 from agent.models.model_policy import ModelUnavailable
 from agent.task.packs import PackError, TaskPack
-from agent.core.runtime import PolicySource, PriorTurns, run_agent
+from agent.core.runtime import PolicySource, PriorTurns
+from agent.core.run import run_agent
 from agent.tools import ToolRegistry, registry_for
 from agent.contracts.trace import redact
 from agent.sessions.compaction import (

@@ -116,6 +116,10 @@ class Tool:
     #: not depend on another call of the same step: several calls of read-only tools in one served
     #: reply run at once (``agent/core/tool_batch.py``). Off unless a tool says so.
     read_only: bool = False
+    #: The tool acts on a run's workspace and needs its sandbox (``agent/coding/``).
+    workspace: bool = False
+    #: The tool changes the workspace's files (a change a test run must follow).
+    changes_files: bool = False
 
     def __post_init__(self) -> None:
         if not self.description:

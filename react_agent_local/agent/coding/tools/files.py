@@ -112,6 +112,7 @@ def _render_read(r: dict[str, Any]) -> str:
 
 READ_FILE = Tool(
     name="read_file",
+    workspace=True,
     args_model=ReadFileArgs,
     execute=_read,
     timeout_seconds=OP_TIMEOUT_SECONDS + 5,
@@ -141,6 +142,8 @@ def _write(ctx: ToolContext, args: WriteFileArgs, cancel: threading.Event) -> di
 
 WRITE_FILE = Tool(
     name="write_file",
+    workspace=True,
+    changes_files=True,
     args_model=WriteFileArgs,
     execute=_write,
     timeout_seconds=OP_TIMEOUT_SECONDS + 5,
@@ -168,6 +171,8 @@ def _edit(ctx: ToolContext, args: EditFileArgs, cancel: threading.Event) -> dict
 
 EDIT_FILE = Tool(
     name="edit_file",
+    workspace=True,
+    changes_files=True,
     args_model=EditFileArgs,
     execute=_edit,
     timeout_seconds=OP_TIMEOUT_SECONDS + 5,
@@ -200,6 +205,8 @@ def _replace_function(ctx: ToolContext, args: ReplaceFunctionArgs, cancel: threa
 
 REPLACE_FUNCTION = Tool(
     name="replace_function",
+    workspace=True,
+    changes_files=True,
     args_model=ReplaceFunctionArgs,
     execute=_replace_function,
     timeout_seconds=OP_TIMEOUT_SECONDS + 5,
@@ -226,6 +233,7 @@ def _glob(ctx: ToolContext, args: GlobArgs, cancel: threading.Event) -> dict[str
 
 GLOB = Tool(
     name="glob",
+    workspace=True,
     args_model=GlobArgs,
     execute=_glob,
     timeout_seconds=OP_TIMEOUT_SECONDS + 5,
@@ -263,6 +271,7 @@ def _render_grep(r: dict[str, Any]) -> str:
 
 GREP = Tool(
     name="grep",
+    workspace=True,
     args_model=GrepArgs,
     execute=_grep,
     timeout_seconds=OP_TIMEOUT_SECONDS + 5,

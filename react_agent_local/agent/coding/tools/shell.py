@@ -203,6 +203,7 @@ def render(r: dict[str, Any]) -> str:
 
 BASH_TOOL = Tool(
     name="bash",
+    workspace=True,
     args_model=BashArgs,
     execute=_execute,
     timeout_seconds=MAX_TIMEOUT + APPROVAL_MARGIN,

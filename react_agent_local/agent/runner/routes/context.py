@@ -38,7 +38,7 @@ MAX_BODY_BYTES = 256 * 1024
 
 
 def _default_run_fn(*args: Any, **kwargs: Any) -> Any:
-    from agent.core.runtime import run_agent
+    from agent.core.run import run_agent
 
     return run_agent(*args, **kwargs)
 
