@@ -26,7 +26,7 @@ from agent.models.model_policy import CODE_FENCE, CODE_FENCE_END, code_value
 from agent.task.packs import TaskPack
 from agent.core.run import run_agent
 from agent.prompts.prompting import FAILED_TURN
-from agent.coding.workspace_evidence import doctest_failures, failure_summary
+from agent.coding.test_output import doctest_failures, failure_summary
 
 
 def block(arguments: dict, code: str) -> str:
@@ -85,7 +85,7 @@ def test_a_diagnosis_grammar_compiles_for_long_lines_and_long_failed_fixes():
     three times. Lines that long are no longer excluded by the grammar, so it compiles in full."""
     llama_cpp = pytest.importorskip("llama_cpp")
     from agent.models.backends.guidance import Guidance
-    from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS, diagnosis_schema
+    from agent.coding.grammars import MAX_EXCLUDED_CHARS, diagnosis_schema
 
     model = sorted(Path.home().glob(".cache/react-agent-local/models/qwen2.5-coder-0.5b-gguf/*.gguf"))
     assert model, "the 0.5B GGUF is missing: scripts/setup.sh --model qwen2.5-coder-0.5b-gguf downloads it"
@@ -203,7 +203,7 @@ def test_a_greedy_run_asks_again_with_sampling_after_a_change_that_changes_nothi
 def test_a_stub_is_written_with_a_body_that_is_no_stub_statement(pack, tmp_path):
     import re
 
-    from agent.coding.workspace_evidence import def_line_pattern
+    from agent.coding.grammars import def_line_pattern
 
     stub = (pack.root / "workspace" / "solution.py").read_text()
     stub = stub[stub.index("def "):]

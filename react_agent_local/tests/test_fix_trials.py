@@ -18,7 +18,8 @@ from agent.families.fixtest.generator import generate_packs
 from agent.coding.fix_trials import WIDER_TRIALS, degenerate, trimmed, unreachable
 from agent.task.packs import TaskPack
 from agent.core.run import run_agent
-from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS, FixTrial, parse_diagnosis
+from agent.coding.grammars import MAX_EXCLUDED_CHARS, parse_diagnosis
+from agent.coding.workspace_evidence import FixTrial
 
 
 def pack_and_fix(tmp_path: Path, seed: int = 3) -> tuple[TaskPack, dict, str, str]:

@@ -25,7 +25,7 @@ from agent.models.model_policy import ModelRequest
 from agent.task.packs import PackError, TaskPack, load_pack
 from agent.core.run import run_agent
 from agent.coding.workspace import WorkspaceOptions
-from agent.coding.workspace_evidence import MAX_EXCLUDED_CHARS
+from agent.coding.grammars import MAX_EXCLUDED_CHARS
 from agent.coding.workspace_grading import grade_workspace
 from runtime_helpers import events_of
 
@@ -529,7 +529,7 @@ def test_a_generated_pack_rewrites_the_function_the_failure_names_until_the_test
 
 def test_the_failure_detail_shows_the_failing_line_and_its_values():
     from agent.contracts.decision import Observation
-    from agent.coding.workspace_evidence import failure_detail
+    from agent.coding.test_output import failure_detail
 
     report = ("F.\n===== FAILURES =====\n____ test_a ____\ntests/test_a.py:7: in test_a\n    assert f(80) == 72\n"
               "E   assert 80 == 72\nE     \nE     comparison failed\n____ test_b ____\nsrc/a.py:3: in g\n"
@@ -550,7 +550,7 @@ def test_the_failure_detail_shows_the_failing_line_and_its_values():
 # -- the pure parts ---------------------------------------------------------------------------------
 
 def test_differs_from_admits_every_string_but_the_lines():
-    from agent.coding.workspace_evidence import differs_from
+    from agent.coding.grammars import differs_from
 
     lines = ["if total > 50:", "return total", "best = values[0]", "x = {a: b}"]
     pattern = re.compile(differs_from(lines, 20))
@@ -565,7 +565,7 @@ def test_differs_from_admits_every_string_but_the_lines():
 
 def test_the_failure_summary_names_the_error_first():
     from agent.contracts.decision import Observation
-    from agent.coding.workspace_evidence import failure_summary
+    from agent.coding.test_output import failure_summary
 
     def run_of(stdout: str, code: int = 1) -> Observation:
         return Observation(id="obs-bash-1", tool="bash", ok=True, result={"exit_code": code, "stdout": stdout})
@@ -578,7 +578,7 @@ def test_the_failure_summary_names_the_error_first():
 
 
 def test_a_rewrite_starts_with_the_old_def_line_and_docstring():
-    from agent.coding.workspace_evidence import def_line_pattern
+    from agent.coding.grammars import def_line_pattern
 
     source = 'def f(x, y=[1]):\n    """Twice x, e.g. f(2) == 4."""\n    return x + x'
     pattern = re.compile(def_line_pattern(source))
@@ -596,7 +596,7 @@ def test_a_rewrite_starts_with_the_old_def_line_and_docstring():
 def test_a_diagnosis_never_names_a_tried_fix_again_not_even_with_a_colon_or_semicolon_changed():
     import re
 
-    from agent.coding.workspace_evidence import diagnosis_schema
+    from agent.coding.grammars import diagnosis_schema
 
     source = ("def largest(values):\n    best = values[0]\n    for value in values[1:]:\n"
               "        if value < best:\n            best = value\n    return best\n")
@@ -622,7 +622,7 @@ def test_a_line_fixed_two_ways_that_both_failed_is_no_longer_offered_as_the_wron
     times, fixing it four ways, where the ``if`` was the bug."""
     import re
 
-    from agent.coding.workspace_evidence import diagnosis_schema
+    from agent.coding.grammars import diagnosis_schema
 
     source = ("def final_price(amount):\n    if amount > 200:\n        return round(amount * 0.9, 2)\n"
               "    return amount\n")
@@ -645,7 +645,7 @@ def test_a_line_fixed_two_ways_that_both_failed_is_no_longer_offered_as_the_wron
 
 
 def test_after_two_failed_fixes_of_one_line_the_next_diagnosis_names_another(tmp_path):
-    from agent.coding.workspace_evidence import blamable_lines
+    from agent.coding.source_lines import blamable_lines
 
     for root in generate_packs(tmp_path / "packs", 12, seed=3):  # a bug in a function of several lines
         pack = TaskPack.load(root)
@@ -713,7 +713,8 @@ def test_a_function_rewritten_and_failing_again_and_again_is_asked_for_anew_from
     fix trial, a body that starts with no stub statement."""
     from agent.contracts.decision import Observation
     from agent.coding.tools.workspace_ops import numbered
-    from agent.coding.workspace_evidence import RESPEC_AFTER, function_step, stub_of
+    from agent.coding.workspace_evidence import RESPEC_AFTER, function_step
+    from agent.coding.source_lines import stub_of
 
     original = ("def get_page(records, number, per_page):\n    \"\"\"Page number of records (the first page is 1).\"\"\"\n"
                 "    start = number * per_page\n    return records[start:start + per_page]")

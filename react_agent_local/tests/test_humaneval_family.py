@@ -181,7 +181,7 @@ def test_the_first_write_shows_the_module_around_the_stub_but_not_the_stub_twice
 
 
 def test_the_module_around_a_function_folds_blank_lines_keeps_decorated_neighbours_and_is_capped():
-    from agent.coding.workspace_evidence import MAX_CONTEXT_CHARS, module_context
+    from agent.coding.source_lines import MAX_CONTEXT_CHARS, module_context
 
     text = "import math\n\n\n\n@cache\ndef helper(x):\n    return x\n\n\n@wraps\ndef target(y):\n    ...\n\n\nZ = 1\n"
     around = module_context(text, "target")
@@ -213,7 +213,7 @@ def test_the_first_version_is_asked_in_the_benchmarks_own_words_and_a_rewrite_in
     from agent.models.backends.scripted import ScriptedPolicy
     from agent.contracts.budgets import Budgets
     from agent.core.run import run_agent
-    from agent.coding.workspace_evidence import spec_of
+    from agent.coding.source_lines import spec_of
 
     bench = Path(__file__).resolve().parents[1] / "bench" / "humaneval_single_shot.py"
     spec = importlib.util.spec_from_file_location("humaneval_single_shot", bench)
@@ -275,7 +275,7 @@ def test_a_code_prompt_holds_one_code_slot():
 
 def test_every_stub_is_seen_as_one_even_with_an_import_above_its_docstring():
     """HumanEval/115 imports math above its docstring: its stub is still a function to be written."""
-    from agent.coding.workspace_evidence import is_stub
+    from agent.coding.source_lines import is_stub
 
     for problem in all_problems():
         text = problem.prompt.rstrip("\n") + "\n" + STUB_BODY
@@ -293,7 +293,7 @@ def test_a_refused_first_version_is_asked_again_in_other_words_then_sampled_neve
     from agent.models.backends.scripted import ScriptedPolicy
     from agent.contracts.budgets import Budgets
     from agent.core.run import run_agent
-    from agent.coding.workspace_evidence import spec_of
+    from agent.coding.source_lines import spec_of
 
     root = generate_packs(tmp_path, 1, 0)[0]
     pack = TaskPack.load(root)

@@ -17,7 +17,7 @@ from agent.models.backends.scripted import ScriptedPolicy, Slow
 from agent.contracts.budgets import Budgets, Sampling
 from agent.models.model_policy import ModelUnavailable
 from agent.task.packs import PACKAGE_ROOT, load_pack
-from agent.models.model_policy import EXPLORE_TEMPERATURE
+from agent.contracts.budgets import EXPLORE_TEMPERATURE
 from agent.prompts.prompting import FAILED_TURN
 from agent.core.run import run_agent
 from agent.tools import ToolError, catalog, default_registry

@@ -18,7 +18,7 @@ from agent.families.humaneval.problems import all_problems
 from agent.task.packs import TaskPack
 from agent.core.run import run_agent
 from agent.coding.version_trials import MAX_VERSIONS, version_key, written_versions
-from agent.coding.workspace_evidence import spec_of
+from agent.coding.source_lines import spec_of
 
 
 def _pack(tmp_path: Path):

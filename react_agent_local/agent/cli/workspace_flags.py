@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+
+from agent.coding.approvals import Approver
+from agent.coding.workspace import WorkspaceOptions
+from agent.shell_risk import ApprovalPolicy
 
 
 def add_workspace_arguments(parser: argparse.ArgumentParser, *, directory: bool = True) -> None:
@@ -26,11 +29,8 @@ def add_workspace_arguments(parser: argparse.ArgumentParser, *, directory: bool 
                              "explicit opt-out; never available to a request)")
 
 
-def workspace_options(args: argparse.Namespace, approver: Any) -> Any:
-    """``workspace.WorkspaceOptions`` from the workspace flags."""
-    from agent.shell_risk import ApprovalPolicy
-    from agent.coding.workspace import WorkspaceOptions
-
+def workspace_options(args: argparse.Namespace, approver: Approver | None) -> WorkspaceOptions:
+    """The ``WorkspaceOptions`` of the workspace flags."""
     directory = getattr(args, "workspace", None)
     return WorkspaceOptions(directory=Path(directory).expanduser() if directory else None,
                             approval=ApprovalPolicy(mode=args.approval), approver=approver,

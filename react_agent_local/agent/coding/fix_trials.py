@@ -50,7 +50,10 @@ from typing import Any, Callable
 from agent.contracts.decision import Observation
 from agent.models.decisions import DecisionError
 from agent.tools import ToolContext, ToolError
-from agent.coding.workspace_evidence import FixTrial, blamable_lines, failure_summary, parse_diagnosis, passed
+from agent.coding.workspace_evidence import FixTrial
+from agent.coding.source_lines import blamable_lines
+from agent.coding.test_output import failure_summary, passed
+from agent.coding.grammars import parse_diagnosis
 
 #: the most diagnoses tried per step before the step is asked as before: the model's first, one for
 #: each other line of a short function (the generated packs' have one to five), then wider draws

@@ -15,12 +15,12 @@ from typing import Any, Callable, Protocol
 from agent.coding.fix_trials import Scratch, settle
 from agent.coding.version_trials import settle as settle_versions
 from agent.coding.version_trials import written_versions
-from agent.coding.workspace import Workspace, WorkspaceOptions, WorkspaceUnavailable
-from agent.coding.workspace import bind as bind_workspace
+from agent.coding.workspace import Workspace, WorkspaceOptions, WorkspaceUnavailable, prepare, sandbox_for
 from agent.coding.workspace_evidence import Step, final_problems, next_step
 from agent.contracts.decision import Observation, ToolErrorInfo
 from agent.contracts.task import TaskSpec
 from agent.prompts.prompting import Branch
+from agent.shell_risk import ApprovalPolicy
 from agent.task.packs import TaskPack
 from agent.tools import ToolContext, ToolRegistry
 from agent.tools.mcp_binding import ToolsUnavailable
@@ -57,12 +57,17 @@ class WorkspaceStrategy:
 
     def bind(self, ctx: ToolContext, *, run_dir: Any, deadline: float | None,
              emit: Callable[..., dict[str, Any]]) -> ToolContext:
+        """``ctx`` with the run's workspace, its sandbox, the approval policy and the operator's approver."""
+        options = self.options or WorkspaceOptions()
         try:
-            self.ctx = bind_workspace(ctx, self.task, self.pack_root, self.options, run_dir, deadline=deadline,
-                                      emit=emit)
+            workspace = prepare(self.task, self.pack_root, options, run_dir)
+            sandbox = sandbox_for(workspace, network=options.network)
         except WorkspaceUnavailable as exc:
             raise ToolsUnavailable("runtime_error", ToolErrorInfo(code=exc.code, message=exc.message[:300])) from None
-        self.workspace = self.ctx.workspace
+        approval = options.approval if options.approval is not None else ApprovalPolicy(mode="ask_on_risk")
+        self.ctx = replace(ctx, workspace=workspace, sandbox=sandbox, approval=approval, approver=options.approver,
+                           approval_seconds=options.approval_seconds, deadline=deadline, emit=emit)
+        self.workspace = workspace
         emit("workspace.ready", sandbox=self.ctx.sandbox.kind, **self.workspace.describe())
         return self.ctx
 

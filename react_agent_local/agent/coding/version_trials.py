@@ -34,6 +34,7 @@ import textwrap
 import time
 from typing import Any, Callable, Iterable
 
+from agent.coding.workspace import Workspace
 from agent.models.decisions import DecisionError
 from agent.coding.fix_trials import Scratch, TrialOutcome, narrowed_with
 from agent.coding.tools import workspace_ops as ops
@@ -48,7 +49,7 @@ def version_key(source: str) -> str:
     return ops.syntax_hash(textwrap.dedent(source)) or source.strip()
 
 
-def written_versions(observations: Iterable[Any], workspace: Any, path: str, name: str) -> set[str]:
+def written_versions(observations: Iterable[Any], workspace: Workspace | None, path: str, name: str) -> set[str]:
     """The keys of the versions of ``name`` in ``path`` the run wrote already: each one a later
     ``replace_function`` replaced (its ``before``), and the one the file holds now. A step that
     draws versions follows a failed test run, so the tests failed on every one of them."""

@@ -28,14 +28,13 @@ import shutil
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from agent.coding.approvals import APPROVAL_SECONDS, Approver
 from agent.coding.tools import workspace_ops as ops
-
-if TYPE_CHECKING:
-    from agent.contracts.task import TaskSpec
-    from agent.tools.base import ToolContext
+from agent.contracts.task import TaskSpec
+from agent.sandbox import Sandbox, SandboxPolicy, SandboxUnavailable, open_sandbox
+from agent.shell_risk import ApprovalPolicy
 
 #: read-only inside every sandbox, whatever the task protects
 ALWAYS_READ_ONLY = (".git",)
@@ -215,7 +214,7 @@ class WorkspaceOptions:
     #: where that copy is made (as ``workspace``, ``workspace-2``, ...); None: the run's folder
     parent: Path | None = None
     #: ``shell_risk.ApprovalPolicy``; None: ask on risk
-    approval: Any = None
+    approval: ApprovalPolicy | None = None
     approver: Approver | None = None
     approval_seconds: float = APPROVAL_SECONDS
     allow_unsandboxed: bool = False
@@ -272,7 +271,7 @@ def fresh_folder(parent: Path, name: str = "workspace") -> Path:
     raise WorkspaceUnavailable("workspace_missing", "no free workspace folder name in the run's folder")
 
 
-def prepare(task: "TaskSpec", pack_root: Path, options: WorkspaceOptions, run_dir: Path) -> Workspace:
+def prepare(task: TaskSpec, pack_root: Path, options: WorkspaceOptions, run_dir: Path) -> Workspace:
     """The run's workspace: the operator's folder, else a fresh copy of the pack's template."""
     spec = task.workspace
     protected = _normalized(spec.protected if spec else ())
@@ -296,10 +295,9 @@ def prepare(task: "TaskSpec", pack_root: Path, options: WorkspaceOptions, run_di
     return replace(workspace, baseline=workspace.protected_hashes())
 
 
-def sandbox_for(workspace: Workspace, *, network: bool = False, root: Path | None = None) -> Any:
+def sandbox_for(workspace: Workspace, *, network: bool = False, root: Path | None = None) -> Sandbox:
     """A sandbox for ``root`` (default the workspace): only it writable, ``.git`` and the existing
     protected paths read-only. Raises WorkspaceUnavailable with the sandbox's message naming the fix."""
-    from agent.sandbox import SandboxPolicy, SandboxUnavailable, open_sandbox
 
     root = Path(root or workspace.root)
     machinery = tuple(rel for rel in workspace.baseline if workspace.is_test_machinery(rel))
@@ -310,16 +308,3 @@ def sandbox_for(workspace: Workspace, *, network: bool = False, root: Path | Non
                                           allow_unsandboxed=workspace.allow_unsandboxed))
     except SandboxUnavailable as exc:
         raise WorkspaceUnavailable("sandbox_unavailable", str(exc)[:300]) from None
-
-
-def bind(ctx: "ToolContext", task: "TaskSpec", pack_root: Path, options: WorkspaceOptions | None, run_dir: Path, *,
-         deadline: float | None = None, emit: Callable[..., None] | None = None) -> "ToolContext":
-    """``ctx`` with the run's workspace, its sandbox, the approval policy and the operator's approver."""
-    from agent.shell_risk import ApprovalPolicy
-
-    options = options or WorkspaceOptions()
-    workspace = prepare(task, pack_root, options, run_dir)
-    sandbox = sandbox_for(workspace, network=options.network)
-    approval = options.approval if options.approval is not None else ApprovalPolicy(mode="ask_on_risk")
-    return replace(ctx, workspace=workspace, sandbox=sandbox, approval=approval, approver=options.approver,
-                   approval_seconds=options.approval_seconds, deadline=deadline, emit=emit)

@@ -22,39 +22,36 @@ narrowed to the functions the failing run names (``name(`` in its output), and t
 shows the failure (the assertion and its values, and the failing test's source) beside each such
 function's source as it is now, so the model rewrites the function with both in front of it.
 
-Pure functions of (task, Observations, workspace); the runtime calls them from its evidence gate and
-its guided branch.
+Pure functions of (task, Observations, workspace); the coding strategy (``strategy.py``) calls them
+for the loop. What a test run's output says is ``test_output.py``'s, the reading of Python source
+``source_lines.py``'s, the argument grammars ``grammars.py``'s.
 """
+
 
 from __future__ import annotations
 
-import ast
 import json
 import re
-import textwrap
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
+from agent.coding.workspace import Workspace
+from agent.coding.grammars import (
+    DIAGNOSIS_SCHEMA, MAX_NEW_CHARS, NEW_SCHEMA, def_line_pattern, diagnosis_schema, differs_from, parse_diagnosis
+)
+from agent.coding.source_lines import (
+    MAX_FIX_LINES, blamable_lines, changed_lines, is_stub, module_context, spec_of, stub_of, unique_lines
+)
+from agent.coding.test_output import failing_tests, failure_detail, failure_summary, passed
+from agent.coding.tools import workspace_ops as ops
+from agent.coding.tools.files import TOOLS as FILE_TOOLS
+from agent.coding.tools.shell import normalized_command
 from agent.contracts.decision import Observation
 from agent.contracts.task import TaskSpec
 from agent.task.packs import item_key
-from agent.coding.tools import workspace_ops as ops
-from agent.coding.tools.shell import normalized_command
 
-CHANGE_TOOLS = ("edit_file", "write_file", "replace_function")
-MAX_LINE_CHOICES = 300
-MAX_CHOICE_CHARS = 300
-#: a guided edit's new text: room for a few lines, never a runaway to the token limit (the 0.5B's
-#: re-asked edits ran on, digit by digit, until they were cut off at 256 tokens), and no indentation of its own --
-#: old is a line without its indentation, which the file keeps (the 0.5B re-indented its new line
-#: by 2, 5 or 10 spaces and broke the file more often than not)
-MAX_NEW_CHARS = 160
-# (llguidance drops maxLength beside a pattern, so the pattern bounds the length itself)
-NEW_SCHEMA = {"type": "string", "maxLength": MAX_NEW_CHARS, "pattern": rf"^\S[\s\S]{{0,{MAX_NEW_CHARS - 1}}}$"}
-# What says most about a failed run, best first: an exception with its message, pytest's one-line
-# summary of a failed test, an assertion, any error line.
-_FAILURE_LINES = (re.compile(r"^E\s+(\w+(?:Error|Exception)\b.*)"), re.compile(r"^FAILED \S+ - (.+)"),
-                  re.compile(r"^E\s+(assert .+)"), re.compile(r"^(\w+(?:Error|Exception)\b.*)"))
+#: the tools whose success changes the files (a test run must follow): ``Tool.changes_files``
+CHANGE_TOOLS = tuple(tool.name for tool in FILE_TOOLS if tool.changes_files)
 
 
 @dataclass(frozen=True)
@@ -119,15 +116,6 @@ class FixTrial:
         return None
 
 
-_DIAGNOSIS = re.compile(r"^The wrong line is `(.*?)`; it must be `(.*)`$")
-
-
-def parse_diagnosis(diagnosis: str) -> tuple[str, str] | None:
-    """(wrong line, fix) of a diagnosis in the fixed form (``diagnosis_schema``), else None."""
-    m = _DIAGNOSIS.match(diagnosis or "")
-    return (m.group(1), m.group(2)) if m and m.group(2).strip() else None
-
-
 def _test_runs(task: TaskSpec, observations: list[Observation]) -> list[tuple[int, Observation]]:
     wanted = normalized_command(task.workspace.test_command)
     return [(i, o) for i, o in enumerate(observations)
@@ -139,54 +127,7 @@ def _last_change(observations: list[Observation]) -> tuple[int, Observation] | N
     return changes[-1] if changes else None
 
 
-def passed(run: Observation) -> bool:
-    result = run.result or {}
-    return result.get("exit_code") == 0 and not result.get("timed_out") and not result.get("cancelled")
-
-
-def failure_summary(run: Observation, limit: int = 200) -> str:
-    """The line of a failed run that says most about why (pytest's ``E``/``FAILED`` lines, a failed
-    doctest example with what it returned, an error)."""
-    result = run.result or {}
-    if result.get("timed_out"):
-        return f"timed out after {result.get('timeout_s')} s"
-    examples = doctest_failures("\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr")))
-    if examples:
-        return f"exit {result.get('exit_code')}: {examples[0]}"[:limit]
-    lines = [line.strip() for stream in ("stdout", "stderr") for line in str(result.get(stream) or "").splitlines()]
-    lines = [line for line in lines if line and not line.startswith("[...")]
-    found = (m.group(1) for pattern in _FAILURE_LINES for line in lines if (m := pattern.match(line)))
-    picked = next(found, lines[-1] if lines else "no output")
-    return f"exit {result.get('exit_code')}: {picked}"[:limit]
-
-
-_DOCTEST_BLOCK = re.compile(r"^Failed example:\n((?:    .*\n)+?)(Expected:\n((?:    .*\n)+?)Got:\n((?:    .*\n?)+)"
-                            r"|Expected nothing\nGot:\n((?:    .*\n?)+)|Exception raised:\n((?:    .*\n?)+))", re.M)
-
-
-def doctest_failures(output: str, limit: int = 3) -> list[str]:
-    """Each failed doctest example of ``output`` in one line: the call, what it returned (or the
-    exception it raised) and what the example expects."""
-    def lines(block: str | None) -> list[str]:
-        return [line[4:] for line in (block or "").splitlines() if line.strip()]
-
-    found = []
-    for m in _DOCTEST_BLOCK.finditer(output.replace("\r\n", "\n")):
-        call = " ".join(line.lstrip(">. ").strip() for line in lines(m.group(1)))[:120]
-        if m.group(3) is not None:
-            got, want = " ".join(lines(m.group(4)))[:120], " ".join(lines(m.group(3)))[:120]
-            found.append(f"{call} returned {got}; the example expects {want}")
-        elif m.group(5) is not None:
-            found.append(f"{call} returned {' '.join(lines(m.group(5)))[:120]}; the example expects nothing")
-        else:
-            error = next((line.strip() for line in reversed(lines(m.group(6))) if line.strip()), "an exception")
-            found.append(f"{call} raised {error[:120]}")
-        if len(found) >= limit:
-            break
-    return found
-
-
-def final_problems(task: TaskSpec, observations: list[Observation], workspace: Any,
+def final_problems(task: TaskSpec, observations: list[Observation], workspace: Workspace | None,
                    evidence_ids: Iterable[str]) -> list[str]:
     """Why a Final of a workspace task is premature; empty when the evidence holds (or the task has no workspace)."""
     if task.workspace is None or workspace is None:
@@ -215,7 +156,7 @@ def final_problems(task: TaskSpec, observations: list[Observation], workspace: A
     return problems
 
 
-def next_step(task: TaskSpec, observations: list[Observation], workspace: Any,
+def next_step(task: TaskSpec, observations: list[Observation], workspace: Workspace | None,
               failed_fixes: Iterable[tuple[str, str, str]] = ()) -> Step | None:
     """The next action of a guided workspace task; None: the Final. ``failed_fixes`` are
     (path, function, fix) that a trial (``fix_trials.py``) failed: no diagnosis proposes them again."""
@@ -282,95 +223,11 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Any,
     return replace(step, explore=explore)
 
 
-#: at most this many lines of a failed run's report in a replace_function step's instruction
-MAX_FAILURE_LINES = 6
 #: at most this many functions offered (and shown) to a replace_function step
 MAX_FUNCTIONS = 3
-#: a guided diagnosis: one line, never a runaway (the pattern bounds the length: see NEW_SCHEMA)
-DIAGNOSIS_SCHEMA = {"type": "string", "pattern": r"^[A-Za-z`][^\n]{0,159}$"}
-#: the fixed line a diagnosis proposes: at most about this many characters
-MAX_DIAGNOSIS_FIX = 150
 
 
-def failure_detail(run: Observation, limit: int = MAX_FAILURE_LINES) -> list[str]:
-    """The lines of a failed pytest run that show what went wrong: per failing test its frames
-    (location and code line, each once: a recursion repeats one frame hundreds of times) and its
-    first ``E`` line (the values or the error), at most ``limit`` lines; else the one-line summary."""
-    result = run.result or {}
-    lines = "\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr")).splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("=") and ("FAILURES" in line or "ERRORS" in line)),
-                 None)
-    if start is None:
-        return doctest_failures("\n".join(lines), limit) or [failure_summary(run)]
-    sections: list[tuple[list[str], list[str]]] = []  # (frame lines, E lines) per failing test
-    for line in lines[start + 1:]:
-        line = line.rstrip()[:160]
-        if line.startswith(("=", "!!!")):
-            break
-        if line.startswith("_") or not sections:
-            sections.append(([], []))
-            if line.startswith("_"):
-                continue
-        frames, errors = sections[-1]
-        if not line.strip() or not line.strip("^~ "):  # blank, or the markers under a code line
-            continue
-        if line.startswith("E ") or line == "E":
-            if line.strip() != "E":
-                errors.append(line)
-        elif line not in frames:
-            frames.append(line)
-    picked: list[str] = []
-    for frames, errors in sections:
-        room = limit - len(picked)
-        if room <= 0:
-            break
-        shown = errors[:1] + [line for line in [returned(frames, errors)] if line]
-        picked += frames[:max(0, room - len(shown))] + shown[:room]
-    return picked or [failure_summary(run)]
-
-
-_FAILED_TEST = re.compile(r"^FAILED ([^\s:]+\.py)::([\w:]+)")
-MAX_TEST_LINES = 16
-
-
-def failing_tests(run: Observation, workspace: Any, limit: int = 2) -> list[str]:
-    """The source of the tests a failed pytest run names (``FAILED path::test``), as the workspace
-    has them, at most ``limit`` of at most ``MAX_TEST_LINES`` lines each: the report shows the first
-    assertion that failed, the test shows every case the fix must meet (the 1.5B fixed ``is_leap``
-    for 2000, then broke 1900, then fixed 1900 and broke 2000)."""
-    result = run.result or {}
-    out: list[str] = []
-    for line in str(result.get("stdout") or "").splitlines():
-        if len(out) >= limit:
-            break
-        if not (match := _FAILED_TEST.match(line.strip())):
-            continue
-        text = workspace.read_text(match.group(1))
-        source = ops.function_source(text, match.group(2).replace("::", ".")) if text else None
-        if source and len(source.splitlines()) <= MAX_TEST_LINES and source not in out:
-            out.append(source)
-    return out
-
-
-_ASSERT_EQUAL = re.compile(r"^\s*assert (.+?) == (.+?)\s*$")
-_TRUTH = re.compile(r"^\s*assert (not )?(\w[\w.]*\(.*\))\s*$")
-
-
-def returned(frames: list[str], errors: list[str]) -> str | None:
-    """A failed ``assert call == expected`` in words, the value the call returned beside the one the
-    test expects (a small model reads "assert 50 == 45.0" as two numbers, not as what its code did)."""
-    code, error = (frames[-1] if frames else ""), (errors[0] if errors else "")
-    error = re.sub(r"^E\s+", "", error)
-    if (want := _ASSERT_EQUAL.match(code)) and (got := _ASSERT_EQUAL.match(error)) and "(" in want.group(1):
-        expected = re.sub(r"^pytest\.approx\((.*)\)$", r"\1", want.group(2))
-        return f"so {want.group(1)} returned {got.group(1)}; the test expects {expected}"
-    if (want := _TRUTH.match(code)) and error in ("assert False", "assert not True", "assert None"):
-        expects = "a false value" if want.group(1) else "a true value"
-        return f"so {want.group(2)} returned {error.split()[-1]}; the test expects {expects}"
-    return None
-
-
-def _functions(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
+def _functions(files: list[str], workspace: Workspace | None) -> list[tuple[str, str, str]]:
     """(path, qualified name, source now) of every function the Python files among ``files`` define."""
     found = []
     for path in files:
@@ -403,7 +260,7 @@ def _first_version(step: Step, observations: list[Observation]) -> Step:
     return replace(step, target=step.target + note, spec=None, explore=True)
 
 
-def function_step(files: list[str], workspace: Any, run: Observation | None,
+def function_step(files: list[str], workspace: Workspace | None, run: Observation | None,
                   observations: list[Observation] = (), failed_fixes: Iterable[tuple[str, str, str]] = (),
                   reworded: bool = False) -> Step:
     """A ``replace_function`` after the failing ``run``: the functions its report calls (all of the
@@ -514,222 +371,24 @@ def function_step(files: list[str], workspace: Any, run: Observation | None,
                 spec=spec, anew=anew, versions=versions)
 
 
-def spec_of(text: str, name: str) -> str | None:
-    """The module ``text`` with the stub ``name`` less its body (the ``pass``, ``...`` or ``raise
-    NotImplementedError`` it ends with; what comes before it -- def line, docstring, an import --
-    kept), stripped: what a benchmark's prompt is (a HumanEval problem's prompt is its stub's file
-    less the stub's body). None where the module does not parse or ``name`` is not one function of
-    its top level that ends so."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
-    if len(found) != 1 or len(found[0].body) < 2 or not _is_stub_statement(found[0].body[-1]):
-        return None
-    last = found[0].body[-1]
-    lines = text.splitlines()
-    return "\n".join(lines[:last.lineno - 1] + lines[last.end_lineno:]).strip()
-
-
 _MUST_BE = re.compile(r"it must be `(.*)`$")
+
+
 _BLAMED = re.compile(r"^The wrong line is `(.*?)`; it must be `")
+
+
 #: a line named wrong this many times by rewrites that all failed is no longer offered as the wrong
 #: one (the 1.5B blamed a ``return`` line four times, fixing it four ways, where the ``if`` above it
 #: was the bug, until the tool budget ran out)
 BLAME_LIMIT = 2
+
+
 #: failed rewrites of one function after which it is asked for anew from its docstring (``function_step``)
 RESPEC_AFTER = 3
 
 
-#: the most of a module shown around a function still to be written (``module_context``)
-MAX_CONTEXT_CHARS = 2400
-
-
-def module_context(text: str, name: str) -> str:
-    """The module ``text`` without function ``name`` (decorators included), runs of blank lines
-    folded to one, at most ``MAX_CONTEXT_CHARS`` (cut at a line, marked); "" when nothing is left
-    or the module does not parse."""
-    try:
-        spans = ops.definitions(text).get(name) or []
-    except (SyntaxError, ValueError):
-        return ""
-    if len(spans) != 1:
-        return ""
-    first, _, last, _ = spans[0]
-    lines = text.splitlines()
-    kept: list[str] = []
-    for line in lines[:first - 1] + lines[last:]:
-        if line.strip() or (kept and kept[-1].strip()):
-            kept.append(line.rstrip())
-    around = "\n".join(kept).strip("\n")
-    if len(around) > MAX_CONTEXT_CHARS:
-        around = around[:around.rfind("\n", 0, MAX_CONTEXT_CHARS)].rstrip() + "\n# ... (the rest of the module is not shown)"
-    return around
-
-
-def stub_of(source: str) -> str | None:
-    """The function's def line and docstring with ``...`` for its body (dedented); None where they
-    cannot be told apart (``_head_lines``) or it has no docstring."""
-    head = _head_lines(source)
-    if len(head) < 2:
-        return None
-    lines = textwrap.dedent(source).splitlines()
-    body = lines[len(head)] if len(lines) > len(head) else ""
-    indent = body[:len(body) - len(body.lstrip())] or "    "
-    return "\n".join([*head, indent + "..."])
-
-
-def _stubs(files: list[str], workspace: Any) -> list[tuple[str, str, str]]:
+def _stubs(files: list[str], workspace: Workspace | None) -> list[tuple[str, str, str]]:
     return [f for f in _functions(files, workspace) if is_stub(f[2])]
-
-
-def is_stub(source: str) -> bool:
-    """A function still to be written: its body (after the docstring, and imports before it) is only
-    ``pass``, ``...`` or ``raise NotImplementedError`` (HumanEval/115 imports ``math`` above its
-    docstring)."""
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (SyntaxError, ValueError):
-        return False
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
-    imports = next((i for i, statement in enumerate(body) if not isinstance(statement, (ast.Import, ast.ImportFrom))),
-                   len(body))
-    if 0 < imports < len(body):
-        body = body[imports:]
-        if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            body = body[1:]  # the docstring, after the imports
-    if len(body) != 1:
-        return not body
-    return _is_stub_statement(body[0])
-
-
-def _is_stub_statement(statement: ast.stmt) -> bool:
-    """``pass``, ``...`` or ``raise NotImplementedError``: a body still to be written."""
-    if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
-                                           and statement.value.value is Ellipsis):
-        return True
-    if isinstance(statement, ast.Raise) and statement.exc is not None:
-        exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
-        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
-    return False
-
-
-def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()) -> dict[str, Any]:
-    """The diagnosis in a fixed form: which of the function's own lines is wrong (one of them, as
-    the file has it, and not one ``cleared`` -- fixed ``BLAME_LIMIT`` ways already, each failing --
-    while another is left) and what it must be instead -- neither that line unchanged, nor a copy of
-    another of its lines, nor a fix already ``tried`` -- before the source is written (the 1.5B,
-    asked for the source straight away or for a free diagnosis, named the wrong line but copied it
-    unchanged)."""
-    lines = blamable_lines(source)
-    choices = [line for line in lines if line not in cleared] or lines
-    if not choices:
-        return DIAGNOSIS_SCHEMA
-    options = []
-    for line in choices:
-        # the fix ends at its closing backtick (unbounded, the 1.5B wrote on in prose past it)
-        # a fix already tried is excluded with its trivial variants too (the 1.5B wrote a failed fix
-        # again with a ';' added or its ':' left out, then the same failed function); so is a copy
-        # of another line of the function, which leaves one of the two dead (the 0.5B's clamp "fix"
-        # `if number < maximum:` -> `if number < low:` passed tests that never went past the maximum)
-        others = [other for other in lines if other != line]
-        known = [variant for text in (line, *tried, *others) for variant in _variants(text)]
-        failed = [variant for text in tried for variant in _variants(text)]
-        new = differs_from(list(dict.fromkeys(known)), MAX_DIAGNOSIS_FIX, exclude="`\n" + PROSE_QUOTES, closed=failed)[1:-1]
-        options.append(f"{_literal(line)}`; it must be `{new}")
-    return {"type": "string", "pattern": "^The wrong line is `(?:" + "|".join(options) + ")`$"}
-
-
-MAX_FIX_LINES = 3  # a rewrite that changed more lines than this was no fix of one line
-#: typographic quotes end a fix: in a code line they are prose (sampled wider, the 1.5B closed its fix
-#: with one and went on, "`return x or y’ to correctly handle ...`", in 4 of 21 fix trials of one run)
-PROSE_QUOTES = "\u2018\u2019\u201c\u201d"
-_NUMBERED = re.compile(r"^\s*\d+\| ?(.*)$")
-_NOT_CODE = ("#", '"' * 3, "'" * 3)
-_COMMENT = re.compile(r"\s+#[^'\"]*$")  # a trailing comment (none with a quote after the #)
-
-
-def changed_lines(rewrite: dict[str, Any]) -> list[str]:
-    """The code lines a ``replace_function`` result wrote that its function did not have (``before``),
-    stripped: the fix it tried, whatever its diagnosis said (the 1.5B's diagnosis ran on past its
-    fix in prose, "it must be `if n <= m:'. The test expects...", so that fix itself was never
-    excluded, and it wrote ``<=`` three times)."""
-    old = {line.strip() for line in str(rewrite.get("before") or "").splitlines()}
-    new = [_COMMENT.sub("", m.group(1)).strip() for line in str(rewrite.get("snippet") or "").splitlines()
-           if (m := _NUMBERED.match(line))]
-    return [line for line in dict.fromkeys(new) if line and line not in old and not line.startswith(_NOT_CODE)]
-
-
-def blamable_lines(source: str) -> list[str]:
-    """The lines of a function a diagnosis may name as the wrong one: its code lines after the def
-    line, stripped, each once."""
-    lines = [line.strip() for line in textwrap.dedent(source).splitlines()[1:]]
-    return [line for line in dict.fromkeys(lines) if line and "`" not in line and "\\" not in line
-            and not line.startswith(('"""', "'''", "#"))]
-
-
-def _variants(line: str) -> tuple[str, ...]:
-    """A line as written, with a space after it, and with its trailing ``:``/``;``/spaces left out
-    or one of them added."""
-    bare = line.rstrip(" ;:")
-    return (line, line + " ", bare, bare + ":", bare + ";", bare + " ")
-
-
-#: a stub's body statements, which a body written for a stub may not start with
-STUB_LINES = ("raise NotImplementedError", "raise NotImplementedError()", "pass", "...")
-
-
-def def_line_pattern(source: str, written: bool = False) -> str:
-    """A new definition starts as the old one does: its def line and its docstring (the signature is
-    not the bug, and the docstring is the spec the fix is written against: the 1.5B, free to leave
-    it out, dropped it and then saw nothing wrong with the code), when a pattern can hold them (a
-    function's source is written as raw text -- a code block or a code turn -- so a backslash in it
-    is one character of the pattern like any other), and ends where the function does (``BODY_LINE``);
-    else with any text."""
-    head = _head_lines(source)
-    if head:
-        if written:
-            # ``written``: the body is to be written, so its first line is no stub statement (the
-            # 1.5B, shown a stub, copied ``raise NotImplementedError`` back three times in a row)
-            lines = textwrap.dedent(source).splitlines()
-            body = lines[len(head)] if len(lines) > len(head) else "    "
-            indent = body[:len(body) - len(body.lstrip())] or "    "
-            first = differs_from(list(STUB_LINES), 200, exclude="\n")[1:-1]
-            return "^" + _literal("\n".join(head)) + "\\n" + _literal(indent) + first + BODY_LINES + "$"
-        return "^" + _literal("\n".join(head)) + "\\n" + BODY_LINE + BODY_LINES + "$"
-    return "^[\\s\\S]*$"
-
-
-#: a line of a function's body after its def line: blank, indented or a comment -- never a statement of
-#: the module (asked in a benchmark's words, "a self-contained script", the 1.5B wrote its definition and
-#: then calls of it, and the definition was refused three times for the statements after it)
-BODY_LINE = "(?:[ \\t#][^\\n]*)?"
-BODY_LINES = "(?:\\n" + BODY_LINE + ")*"
-
-
-def _head_lines(source: str) -> list[str]:
-    """The def line and the docstring of a one-function ``source``, dedented; [] where the def
-    spans lines, has decorators or the source does not parse."""
-    text = textwrap.dedent(source)
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return []
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list or not node.body:
-        return []
-    lines = text.splitlines()
-    if not lines[node.lineno - 1].rstrip().endswith(":") or node.body[0].lineno == node.lineno:
-        return []
-    last = node.lineno
-    if ast.get_docstring(node) is not None:
-        last = node.body[0].end_lineno or node.body[0].lineno
-    return lines[node.lineno - 1:last]
 
 
 def _unread(task: TaskSpec, observations: list[Observation]) -> str | None:
@@ -738,7 +397,7 @@ def _unread(task: TaskSpec, observations: list[Observation]) -> str | None:
     return next((item for item in task.subgoals.get("read_file", []) if item_key(item) not in read), None)
 
 
-def _changeable_files(task: TaskSpec, observations: list[Observation], workspace: Any) -> list[str]:
+def _changeable_files(task: TaskSpec, observations: list[Observation], workspace: Workspace | None) -> list[str]:
     """Files the model read (else the ones the task declares to read) that the task lets change."""
     read = [str((o.result or {}).get("path")) for o in observations if o.ok and o.tool == "read_file"]
     declared = list(task.subgoals.get("read_file", []))
@@ -746,7 +405,7 @@ def _changeable_files(task: TaskSpec, observations: list[Observation], workspace
     return files
 
 
-def _change_step(tool: str, files: list[str], workspace: Any, target: str) -> Step:
+def _change_step(tool: str, files: list[str], workspace: Workspace | None, target: str) -> Step:
     if not files:
         return Step(tool, target)
     path = {"const": files[0]} if len(files) == 1 else {"enum": files}
@@ -762,120 +421,3 @@ def _change_step(tool: str, files: list[str], workspace: Any, target: str) -> St
     # the line it chose into new, three times, until the loop guard)
     new = {**NEW_SCHEMA, "pattern": differs_from(choices, MAX_NEW_CHARS)}
     return Step(tool, target, narrowed=(("path", path), ("old", {"enum": choices}), ("new", new)), drafts=drafts)
-
-
-def unique_lines(files: Iterable[tuple[str, str]]) -> list[str]:
-    """The lines an ``old`` may be, without their indentation: each occurs exactly once in its file,
-    and in a Python file that parses it is code -- a statement in a function or an assignment at the
-    top -- not a ``def``, an import, a docstring or a comment (the 0.5B chose the ``def`` line of the
-    broken function and rewrote the function on it). Every non-blank line where the file does not parse."""
-    choices: list[str] = []
-    for path, text in files:
-        lines = text.splitlines()
-        code = _code_lines(text) if path.endswith(".py") else None
-        for number, line in enumerate(lines, start=1):
-            line = line.strip()
-            if code is not None and number not in code:
-                continue
-            if line and len(line) <= MAX_CHOICE_CHARS and text.count(line) == 1 and line not in choices:
-                choices.append(line)
-                if len(choices) >= MAX_LINE_CHOICES:
-                    return choices
-    return choices
-
-
-_META = set("\\.+*?()|[]{}^$#&-~")
-#: the longest string ``differs_from`` excludes (see there)
-MAX_EXCLUDED_CHARS = 48
-
-
-def _literal(text: str) -> str:
-    return "".join("\\" + c if c in _META else c for c in text)
-
-
-#: After a line ``differs_from`` closes, what may not follow: these characters at all, and these
-#: characters followed by one of their own (the 1.5B wrote a failed fix again with prose after it:
-#: "it must be `if n <= m:'. The test expects...", "`x - 1; otherwise ...`", "`x - 1 because ...`").
-CLOSED_AFTER = ";'"
-CLOSED_THEN = {" ": "A-Za-z", ".": " "}
-
-
-def differs_from(lines: list[str], limit: int, exclude: str = "", closed: Iterable[str] = ()) -> str:
-    """A regular expression for a string that starts with a non-space, is at most about ``limit``
-    characters long, holds none of the characters in ``exclude`` and equals none of ``lines`` (but
-    those with a quote or backslash): the complement of a finite set, written along the trie of
-    ``lines`` (a string either ends early, leaves the trie at some character, or goes on past the
-    end of a line), so its size grows with the lines' length, not its square. A line of ``closed``
-    (one of ``lines``) may not go on with prose either (``CLOSED_AFTER``, ``CLOSED_THEN``)."""
-    trie: dict[str, Any] = {}
-    shut = set(closed)
-    # llguidance lets a JSON escape (\" or \\) through any character class, so a line holding a
-    # quote or a backslash cannot be excluded this way (edit_file still refuses old == new); nor can
-    # a line longer than ``MAX_EXCLUDED_CHARS``: a deep trie of bounded tails is past what llguidance
-    # compiles, and a grammar that does not compile constrains nothing (a function with one 85-character
-    # line had its diagnosis written unconstrained, and the 1.5B wrote no JSON three times)
-    for line in (line for line in lines if '"' not in line and "\\" not in line and len(line) <= MAX_EXCLUDED_CHARS):
-        node = trie
-        for c in line:
-            node = node.setdefault(c, {})
-        node[""] = {}  # the end of a line
-        if line in shut:
-            node["\0"] = {}  # closed: no prose after it
-
-    banned = "".join(_literal(c) if c != "\n" else "\\n" for c in exclude)
-    tail = (f"[^{banned}]" if banned else "[\\s\\S]") + f"{{0,{limit - 1}}}"
-
-    def branch(node: dict[str, Any], root: bool, ban: str = "") -> str:
-        shut_here = "\0" in node
-        children = [c for c in node if c and c != "\0" and not (shut_here and c in CLOSED_AFTER)
-                    and not (ban and re.fullmatch(f"[{ban}]", c))]
-        nexts = {c: CLOSED_THEN[c] for c in CLOSED_THEN if shut_here}
-        options = []
-        if not root and "" not in node:
-            options.append("")  # ends early: a proper prefix of a line
-        leave = "".join(_literal(c) for c in children) + "".join(_literal(c) for c in nexts)
-        leave += ("".join(_literal(c) for c in CLOSED_AFTER) if shut_here else "") + ban
-        if root:
-            options.append(f"[^\\s{leave}{banned}]{tail}")
-        else:
-            options.append((f"[^{leave}{banned}]" if leave or banned else "[\\s\\S]") + tail)
-        options += [_literal(c) + branch(node[c], False, nexts.get(c, "")) for c in children]
-        options += [_literal(c) + branch({}, False, then) for c, then in nexts.items() if c not in children]
-        return "(?:" + "|".join(options) + ")"
-
-    return "^" + branch(trie, True) + "$"
-
-
-def _code_lines(text: str) -> set[int] | None:
-    """Line numbers of the statements in function bodies and of top-level assignments; None when the
-    text does not parse (a change broke it: every line may be the one to repair)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    numbers: set[int] = set()
-
-    def add(node: ast.stmt) -> None:
-        numbers.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
-            for statement in body:
-                add(statement)
-        elif isinstance(node, ast.Module):
-            for statement in node.body:
-                if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                    add(statement)
-    for node in ast.walk(tree):  # a nested def inside a body is no code line of its own
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            numbers.discard(node.lineno)
-    return numbers
-
-
-def action_state(tool: str, workspace: Any) -> dict[str, str]:
-    """What makes a repeated workspace action new: the files it acts on (the same test command after
-    a fix is progress, the same command on the same files is not)."""
-    from agent.tools import WORKSPACE_TOOLS
-
-    return {"files": workspace.digest()} if workspace is not None and tool in WORKSPACE_TOOLS else {}

@@ -12,6 +12,10 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+#: the temperature (at least) of a call whose likeliest answer already failed (``Sampling.wider``)
+EXPLORE_TEMPERATURE = 1.0
+
+
 class CallCounts(Protocol):
     """What ``Usage.add_call`` reads of one model call."""
 
@@ -161,6 +165,12 @@ class Sampling(BaseModel):
     top_p: float = Field(default=0.8, gt=0.0, le=1.0, description="Nucleus sampling mass, when sampling.")
     top_k: int = Field(default=20, ge=1, le=1000, description="Candidates kept before top_p, when sampling.")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampling seed, when sampling.")
+
+    def wider(self) -> "Sampling":
+        """The draw of a call whose likeliest answer already failed: at least ``EXPLORE_TEMPERATURE``,
+        top-p 0.95 and top-k 50 (a failed answer is kept token for token by top-p 0.8 alone)."""
+        return self.model_copy(update={"temperature": max(self.temperature, EXPLORE_TEMPERATURE),
+                                       "top_p": max(self.top_p, 0.95), "top_k": max(self.top_k, 50)})
 
     def for_call(self, number: int) -> "Sampling":
         """The sampling of a run's model call ``number`` (0 first): the run's seed moved on by the

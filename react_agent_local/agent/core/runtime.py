@@ -1,13 +1,13 @@
 """The controlled ReAct loop (docs/ARCHITECTURE.md, "One step, end to end").
 
 One step: budget check -> ask the policy for one Decision -> parse/repair -> validate -> guards ->
-execute the tool (retry) -> observe -> next; or, for a Final, the evidence gate -> finish -> metrics.
-The model only proposes; this module decides what is asked, what runs, what is recorded and when
-the run ends. Every run ends with exactly one ``run.finished`` event. Its helpers are pure or behind
-one call: the evidence of a step (``step_evidence.py``), what to ask next (``next_ask.py``), a
-traced call of the policy (``model_call.py``), one tool attempt in a thread or the worker process
-(``execution.py``), the calls of one served reply, run together when all are read-only
-(``tool_batch.py``), the run's tools and MCP servers (``mcp_binding.py``).
+run the tool (retry) -> observe -> next; or, for a Final, the evidence gate and the claims -> finish.
+The model only proposes; ``Run.execute`` decides what is asked, what runs, what is recorded and when
+the run ends, with exactly one ``run.finished`` event. Its helpers are pure or behind one call: the
+evidence of a step (``step_evidence``), what to ask next (``next_ask``), the task strategy
+(``strategy``), a traced model call (``model_call``), the conversation shown (``conversation``), a
+Final judged (``final_gate``), an action run with retries (``dispatch``), a served reply's calls
+(``tool_batch``), limits, guards and the end (``outcome``).
 
 Faults by who is at fault:
     model faults     bad JSON, unknown tool, bad arguments, premature Final -> feedback, loop goes on
@@ -20,65 +20,34 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agent.gate.claims import claim_problems
-from agent.contracts.result import TERMINAL_STATUS, RunResult, UnverifiedFinal
-from agent.contracts.decision import ActionDecision, FinalDecision, Observation, ToolErrorInfo
 from agent.contracts.budgets import Budgets, Sampling, Usage
-from agent.models.decisions import DecisionError
-from agent.core.execution import Cancelled, run_attempt
-from agent.core.strategy import EvidenceStrategy, Services, StrategySource
-from agent.tools.mcp_binding import ToolsUnavailable, bind_tools
-from agent.core.metrics import RunRecord, compute_metrics
-from agent.models.model_call import ModelCall, decision_of, load_policy
-from agent.util.canonical import canonical_json as canonical
-from agent.models.model_policy import EXPLORE_TEMPERATURE, Candidate, DecisionRequest, ModelUnavailable, Policy
-from agent.core.next_ask import decision_summary, next_ask
-from agent.gate.operands import check_operands
-from agent.task.packs import TaskPack, goal_language
-from agent.prompts.prompting import (
-    INVALID_TURN, Branch, PromptState, check_drafts, guide_check_lines, model_turn, without_failed_turns
-)
-from agent.core.step_evidence import StepEvidence, premature, step_evidence
-from agent.core.tool_batch import Batch, Call, plan
-from agent.tools import ArgumentError, ToolContext, ToolError, ToolRegistry, ToolTransportError
+from agent.contracts.decision import ActionDecision, FinalDecision, Observation, ToolErrorInfo
+from agent.contracts.result import UnverifiedFinal
 from agent.contracts.trace import Trace
+from agent.core.conversation import Conversation
+from agent.core.dispatch import Dispatch
+from agent.core.final_gate import better_unverified, judge_final
+from agent.core.metrics import RunRecord
+from agent.core.next_ask import decision_summary, next_ask
+from agent.core.outcome import Guards, Limits, PolicySource, PriorTurns, RunOutcome, Stop, finish
+from agent.core.step_evidence import StepEvidence, step_evidence
+from agent.core.strategy import EvidenceStrategy, Services, StrategySource
+from agent.core.tool_batch import Batch, Call, plan
+from agent.gate.operands import check_operands
+from agent.models.decisions import DecisionError
+from agent.models.model_call import ModelCall, decision_of, load_policy
+from agent.models.model_policy import Candidate, DecisionRequest, ModelUnavailable
+from agent.prompts.prompting import INVALID_TURN, Branch, PromptState, model_turn
+from agent.task.packs import TaskPack, goal_language
+from agent.tools import ArgumentError, ToolContext, ToolRegistry
+from agent.tools.mcp_binding import ToolsUnavailable, bind_tools
+from agent.util.canonical import canonical_json as canonical
 
-PolicySource = Policy | Callable[[], Policy]
-
-
-@dataclass
-class RunOutcome:
-    result: RunResult
-    events: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class PriorTurns:
-    """What the earlier turns of a session leave to this run (built by ``agent/sessions/turns.py``).
-
-    ``observations`` keep their ids: a Final may cite them and the evidence gate and the claim check
-    read them like this run's own, and this run's ids continue their numbering. ``history`` is the
-    conversation so far as (user turn, model turn) pairs, shown before this run's first turn;
-    ``notes`` are lines that turn shows as feedback (the new message, since a prompt with history
-    states the task only in its first turn).
-    """
-
-    observations: tuple[Observation, ...] = ()
-    history: tuple[tuple[str, str], ...] = ()
-    notes: tuple[str, ...] = ()
-
-
-class _Stop(Exception):
-    """Ends the loop with a terminal stop_reason (internal control flow only)."""
-
-    def __init__(self, stop_reason: str, error: ToolErrorInfo | None = None):
-        self.stop_reason = stop_reason
-        self.error = error
+__all__ = ["PolicySource", "PriorTurns", "Run", "RunOutcome"]
 
 
 class Run:
@@ -103,23 +72,21 @@ class Run:
         self.started = time.monotonic()
         self.deadline = self.started + budgets.max_seconds
         self.usage = Usage()
-        self.guards: Counter = Counter()  # the loop guards' signatures, how often each was seen
+        self.limits = Limits(budgets, self.usage, self.deadline, self.cancel)
         self.record = RunRecord(usage=self.usage)
+        self.guards = Guards(self.trace, self.record)
         prior = prior or PriorTurns()  # a session's earlier turns: their evidence stays citable
         self.observations: list[Observation] = list(prior.observations)
         self._prior = len(prior.observations)
         self.evidence: StepEvidence | None = None  # of the Observations so far, rebuilt when one is added
         self.feedback: list[str] = list(prior.notes)
-        # The conversation so far (prompting.PromptState.history): raw model text, prompt-only, never traced.
-        self._history: list[tuple[str, str]] = list(prior.history)
-        self._shown = (len(self.observations), 0)  # Observations and feedback lines the history has shown
-        self._turn: str | None = None  # the user turn of the call whose Decision is being parsed
-        self._turn_compacts = False  # that turn is a compact one (``_remember_turn``)
+        self.conversation = Conversation(prior.history, len(self.observations))
         self._reply: Candidate | None = None  # the reply the latest Decision came in (its further calls)
         self.batch = Batch([], [])  # this step's calls of that reply (``tool_batch.py``)
-        self._refused = False  # a Final was refused: the next ones are sampled more widely
         self._unverified: UnverifiedFinal | None = None  # the best Final refused for its claims so far
-        self._unfounded = False  # ... for a number no Observation holds: the next free step offers tools only
+        # a Final was refused: the next ones are sampled more widely; ... for a number no Observation
+        # holds: the next free step offers tools only
+        self._refused = self._unfounded = False
         self.step = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -142,18 +109,16 @@ class Run:
                     branch = replace(branch, explore=True)
                 if self._unfounded and branch.kind == "free":  # a number no Observation holds: evidence first
                     branch = replace(branch, evidence_ids=())
-                self._check_cancel()
-                self._stop_if(self.budgets.check_before_step(self.usage, now=time.monotonic(), deadline=self.deadline,
-                                                             needs_tool=branch.kind == "action"))
+                self.limits.before_step(needs_tool=branch.kind == "action")
                 self.step += 1
                 self.usage.steps += 1
-                self.trace.emit("budget", "run", self.step, remaining=self._remaining())
+                self.trace.emit("budget", "run", self.step, remaining=self.limits.remaining())
                 branch = self.strategy.before_decision(branch, self._services())  # e.g. a fix tried first
                 decision = self._decide(branch)                                   # generate, parse, repair
                 if isinstance(decision, FinalDecision):
                     if self._accept_final(decision):                              # evidence gate + claims
                         final = decision
-                        raise _Stop("completed")
+                        raise Stop("completed")
                     continue
                 self._unfounded = False
                 for call in self._batch(decision).calls:                          # the reply's calls, in order
@@ -163,9 +128,11 @@ class Run:
                         continue
                     normalized = arguments.model_dump()
                     self._guard_repeated_action(call.tool, normalized)           # loop guard
-                    result, failure = self._dispatch_with_retry(call, arguments, normalized)  # tool
-                    self._observe(call.tool, result, failure, **call.where)      # Observation + guard
-        except _Stop as stop:
+                    ran = self.dispatch.run(call, arguments, normalized, self.batch, self.step)  # tool, retries
+                    self._observe(call.tool, ran.result, ran.failure, **call.where)  # Observation + guard
+                    if ran.timed_out:
+                        raise Stop("timeout")
+        except Stop as stop:
             stop_reason, error = stop.stop_reason, stop.error
         except Exception as exc:  # noqa: BLE001 -- the run must end with run.finished, whatever happened
             stop_reason = "runtime_error"
@@ -182,15 +149,15 @@ class Run:
             self.ctx = self.strategy.bind(self.ctx, run_dir=self.ctx.artifact_dir.parent, deadline=self.deadline,
                                           emit=self._tool_event)
         except ToolsUnavailable as exc:
-            raise _Stop(exc.stop_reason, exc.error) from None
+            raise Stop(exc.stop_reason, exc.error) from None
         self.record.context = self.ctx
+        self.dispatch = Dispatch(self.tools, self.ctx, self.limits, self.trace)
 
     def _tool_event(self, kind: str, **data: Any) -> dict[str, Any]:
         return self.trace.emit(kind, "tool", self.step, **data)
 
     def _evidence(self) -> StepEvidence:
-        return step_evidence(self.pack.task, self.observations, self.tools, self.pack.guide, self.language,
-                             self._prior)
+        return step_evidence(self.pack.task, self.observations, self.tools, self.pack.guide, self.language, self._prior)
 
     # -- the model --------------------------------------------------------------------------
 
@@ -198,25 +165,25 @@ class Run:
         try:
             self.policy = load_policy(self.policy_source, self.trace)
         except ModelUnavailable as exc:
-            raise _Stop("model_unavailable", ToolErrorInfo(code=exc.code, message=exc.message)) from None
+            raise Stop("model_unavailable", ToolErrorInfo(code=exc.code, message=exc.message)) from None
 
     def _decide(self, branch: Branch) -> ActionDecision | FinalDecision:
         """Generate one Decision, repairing it in the same step up to ``max_retries`` times."""
         last: DecisionError | None = None
         for attempt in range(self.budgets.max_retries + 1):
             if attempt:
-                self._check_time_and_tokens()
+                self.limits.time_and_tokens()
             candidate = self._generate(branch, attempt, None if last is None else f"{last.code}: {last.message}")
             try:
                 decision = decision_of(branch, candidate, self.tools.names)
             except DecisionError as error:
-                self._remember_turn(INVALID_TURN)  # an invalid output is never echoed back to the model
+                self._answered(INVALID_TURN)  # an invalid output is never echoed back to the model
                 self.trace.emit("decision.invalid", "decision", self.step, attempt, **error.public())
                 if last is None:
                     self.usage.fault()
                 last = error
                 continue
-            self._remember_turn(model_turn(branch.prefix + candidate.text + branch.suffix))
+            self._answered(model_turn(branch.prefix + candidate.text + branch.suffix))
             self._reply = candidate
             summary = decision_summary(branch, decision)
             if attempt:
@@ -227,7 +194,7 @@ class Run:
                 self.trace.emit("decision.valid", "decision", self.step, decision=decision.model_dump(),
                                 decision_summary=summary)
             return decision
-        raise _Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
+        raise Stop("invalid_decision", ToolErrorInfo(code="invalid_decision", message=f"{last.code}: {last.public()['error']}"))
 
     def _services(self) -> Services:
         """What the strategy's ``before_decision`` may use: proposals outside the conversation."""
@@ -240,9 +207,7 @@ class Run:
                   wider: bool = False, aside: bool = False) -> Candidate:
         call = ModelCall(self.trace, self.step, attempt)
         sampling = self.sampling.for_call(self.usage.model_calls)
-        if wider:  # a trial's fix failed: the next one is drawn more widely
-            sampling = sampling.model_copy(update={"temperature": max(sampling.temperature, EXPLORE_TEMPERATURE),
-                                                   "top_p": max(sampling.top_p, 0.95), "top_k": max(sampling.top_k, 50)})
+        sampling = sampling.wider() if wider else sampling  # a trial's fix failed: the next one is drawn wider
         request = DecisionRequest(
             branch=branch, state=self._prompt_state(branch), tools=self.tools,
             max_new_tokens=self.budgets.new_tokens(self.usage, code=branch.code_field is not None and not arguments_only),
@@ -251,88 +216,49 @@ class Run:
         try:
             candidate = call.propose(self.policy, request, self.usage)
         except ModelUnavailable as exc:
-            raise _Stop(exc.stop_reason, ToolErrorInfo(code=exc.code, message=exc.message)) from None
+            raise Stop(exc.stop_reason, ToolErrorInfo(code=exc.code, message=exc.message)) from None
         if not (arguments_only or aside):  # a trial's probe or draw is no turn of the conversation
-            self._turn = request.turn() if candidate.decision is None else None
-            self._turn_compacts = candidate.decision is None and request.compacts()
+            self.conversation.asked(request, candidate)
         if candidate.finish_reason == "cancelled" or self.cancel.is_set():
-            raise _Stop("cancelled")
+            raise Stop("cancelled")
         if candidate.finish_reason == "deadline":
-            raise _Stop("timeout")
-        self._check_time_and_tokens()
+            raise Stop("timeout")
+        self.limits.time_and_tokens()
         return candidate
 
     def _prompt_state(self, branch: Branch) -> PromptState:
-        guide = self.evidence.guide if branch.kind != "action" else None
-        # A failed Decision hidden from a step asked again stays hidden from every later step: the
-        # history only grows, so the model's KV cache keeps it (shown again to the next test run, a
-        # fix-the-test run re-evaluated its history from the first rewrite at every step, 30-80 s).
-        self._history[:] = without_failed_turns(self._history, branch)
         checks = [(c.label, c.left, c.op, c.right, c.holds) for c in self.evidence.checks]
-        return PromptState(
-            goal=self.pack.task.goal, observations=self.observations, feedback=self.feedback,
-            budget_left=self._remaining(), tool_hints=self.pack.task.hints, code_prompt=self.pack.task.code_prompt,
-            final_hints=list(guide.hints) if guide else [], check_lines=guide_check_lines(guide, checks) if guide else [],
-            check_drafts=check_drafts(guide, checks),
-            history=list(self._history), shown_observations=self._shown[0],
-            shown_feedback=self._shown[1])
+        return self.conversation.state(branch, self.pack.task, self.observations, self.feedback, self.limits.remaining(),
+                                       self.evidence.guide if branch.kind != "action" else None, checks)
 
-    def _remember_turn(self, model_text: str) -> None:
-        """Append this call's turn and the model's Decision to the conversation (continuations only:
-        a served model's tool calls are replayed by its own protocol)."""
-        if self._turn is not None:
-            # A compact turn stands for the turns before it: later calls continue after it, so the
-            # model's KV cache keeps it until the history is too long again (rebuilt every step, a
-            # long fix-the-test run evaluated 6k prompt tokens a step, 80 s on two cores).
-            if self._turn_compacts:
-                self._history.clear()
-            self._history.append((self._turn, model_text))
-            self._shown = (len(self.observations), len(self.feedback))
-            self._turn = None
+    def _answered(self, model_text: str) -> None:  # the Decision read: its turn joins the conversation
+        self.conversation.answered(model_text, len(self.observations), len(self.feedback))
 
     # -- the Final gate ---------------------------------------------------------------------
 
     def _accept_final(self, decision: FinalDecision) -> bool:
-        """The evidence gate, then the claims (``claims.py``). A refused Final becomes feedback."""
-        problems = premature(self.evidence, decision.evidence_ids) + \
-            self.strategy.final_problems(list(self.observations), decision.evidence_ids)
-        claims: list[str] = []
-        if not problems:
-            known = {o.id: o for o in self.observations}
-            cited = [known[i] for i in decision.evidence_ids if known[i].ok]
-            found = claim_problems(decision.answer, cited, self.pack.task.goal, self.evidence.guide,
-                                   list(self.evidence.checks), [o for o in self.observations if o.ok])
-            claims = [p.text for p in found][:5]
-            # free mode: a stated number no cited Observation holds (or holds as another fact's) asks for
-            # evidence before the next Final (a session's follow-ups answered a fact from memory three
-            # times, never looking it up)
-            self._unfounded = any(p.kind in ("number", "attribution") for p in found)
-        accepted = not problems and not claims
-        message = ("final accepted" if accepted else "premature final: " + "; ".join(problems) if problems
-                   else "false claims in the final: " + "; ".join(claims))
-        self.trace.emit("final.validated", "final", self.step, accepted=accepted, message=message[:600],
-                        evidence_ids=decision.evidence_ids, claims_checked=not problems, false_claims=len(claims))
-        if accepted:
+        """The evidence gate, then the claims (``final_gate.py``). A refused Final becomes feedback."""
+        judged = judge_final(decision, self.evidence, self.observations, self.pack.task.goal, self.strategy)
+        if not judged.premature:  # a stated number no cited Observation holds: the next free step asks for evidence
+            self._unfounded = judged.unfounded
+        self.trace.emit("final.validated", "final", self.step, accepted=judged.accepted, message=judged.message,
+                        evidence_ids=decision.evidence_ids, claims_checked=not judged.premature,
+                        false_claims=len(judged.claims))
+        if judged.accepted:
             self.usage.progress()
             return True
         self.usage.fault(until_progress=True)
-        self.feedback.append(message[:600])
+        self.feedback.append(judged.message)
         self._refused = True
-        if problems:
+        if judged.premature:
             self._guard("guard.no_progress", self.budgets.repeated_action_limit, ("repeated_premature_final",),
                         code="repeated_premature_final")
             return False
-        self._keep_unverified(decision, claims)
+        self._unverified = better_unverified(self._unverified, decision, judged.claims)
         # Finals that keep failing their claim check end the run honestly: unverified, never accepted.
         self._guard("guard.no_progress", self.budgets.repeated_action_limit, ("repeated_false_claims",),
                     code="repeated_false_claims", stop_reason="final_unverified")
         return False
-
-    def _keep_unverified(self, decision: FinalDecision, claims: list[str]) -> None:
-        """Remember the refused Final with the fewest failed claims (the later one of equals)."""
-        if self._unverified is None or len(claims) <= len(self._unverified.unverified):
-            self._unverified = UnverifiedFinal(answer=decision.answer, evidence_ids=list(decision.evidence_ids),
-                                               unverified=claims)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -341,7 +267,7 @@ class Run:
         or a read-only batch, which has run by now."""
         self.batch = plan(decision, self._reply, self.tools, check=self._arguments,
                           budget_left=self.budgets.max_tool_calls - self.usage.tool_calls)
-        if self.budgets.check_before_dispatch(self.usage, now=time.monotonic(), deadline=self.deadline) is None:
+        if self.limits.may_dispatch():
             self.usage.tool_ms += self.batch.run(self.ctx, deadline=self.deadline, cancel=self.cancel,
                                                  emit=self._tool_event)
         self.feedback += self.batch.feedback()
@@ -381,60 +307,10 @@ class Run:
                     code="repeated_invalid_arguments", tool=decision.tool, validator_error=obs.error.model_dump())
 
     def _guard_repeated_action(self, tool: str, normalized: dict[str, Any]) -> None:
+        """Fired, the repeated valid action is not dispatched again."""
         signature = canonical({"tool": tool, "arguments": normalized, **self.strategy.action_state(tool)})
-        # fired, the repeated valid action is not dispatched again
         self._guard("guard.loop_detected", self.budgets.repeated_action_limit, ("valid_action", signature),
                     repeated_action={"tool": tool, "arguments": normalized})
-
-    def _dispatch_with_retry(self, call: Call, arguments: Any, normalized: dict[str, Any]):
-        """Run the tool; replay the same action on retryable errors. Returns (result, error)."""
-        tool, where = call.tool, call.where
-        retries = 0
-        for attempt in range(1, self.budgets.max_retries + 2):
-            self._check_cancel()
-            self._stop_if(self.budgets.check_before_dispatch(self.usage, now=time.monotonic(), deadline=self.deadline))
-            self.usage.tool_calls += 1
-            self.trace.emit("tool.started", "tool", self.step, attempt, tool=tool, arguments=normalized, **where)
-            try:
-                result = self._attempt(call, arguments)
-            except ToolError as error:
-                info = ToolErrorInfo(code=error.code, message=error.message[:500], retryable=error.retryable)
-                can_retry = error.retryable and attempt <= self.budgets.max_retries
-                if error.code == "deadline_exceeded":
-                    self.trace.emit("tool.failed", "tool", self.step, attempt, tool=tool, error=info.model_dump(),
-                                    **where)
-                    self._observe(tool, None, info, **where)
-                    raise _Stop("timeout") from None
-                self.trace.emit("tool.retry" if can_retry else "tool.failed", "tool", self.step, attempt,
-                                tool=tool, error=info.model_dump(), **where)
-                if not can_retry:
-                    return None, info
-                self.usage.fault()
-                retries += 1
-                continue
-            self.usage.recover(retries)
-            return result, None
-        raise AssertionError("unreachable: the last attempt never retries")
-
-    def _attempt(self, call: Call, arguments: Any) -> dict[str, Any]:
-        """One attempt (``execution.py``), waited on for min(tool timeout, time left), or the one its
-        batch ran already; its time counts however it ends."""
-        started = time.monotonic()
-        try:
-            ran = self.batch.take(call)
-            if ran is not None:
-                return ran.result()
-            return run_attempt(self.tools.get(call.tool), arguments, self.ctx, deadline=self.deadline,
-                               cancel=self.cancel)
-        except Cancelled:
-            raise _Stop("cancelled") from None
-        except ToolTransportError as exc:
-            # Not a result the model can recover from: the tool's runtime itself is broken.
-            info = ToolErrorInfo(code="tool_runtime", message=exc.message[:300])
-            self.trace.emit("tool.failed", "tool", self.step, tool=call.tool, error=info.model_dump(), **call.where)
-            raise _Stop("runtime_error", info) from None
-        finally:
-            self.usage.tool_ms += (time.monotonic() - started) * 1000
 
     def _observe(self, tool: str, result: dict[str, Any] | None, error: ToolErrorInfo | None,
                  **where: Any) -> Observation:
@@ -464,49 +340,11 @@ class Run:
         self.evidence = self._evidence()
         return obs
 
-    # -- guards and budgets -----------------------------------------------------------------
-
-    def _guard(self, event_type: str, limit: int, signature: tuple[str, ...], *,
-               stop_reason: str = "loop_detected", **payload: Any) -> None:
-        """Count ``signature``; seen ``limit`` times, the guard fires and the loop stops with ``stop_reason``."""
-        self.guards[signature] += 1
-        if self.guards[signature] >= limit:
-            self.record.guard_fired = True
-            self.trace.emit(event_type, "run", self.step, **payload, count=self.guards[signature])
-            raise _Stop(stop_reason)
-
-    def _stop_if(self, stop_reason: str | None) -> None:
-        if stop_reason is not None:
-            raise _Stop(stop_reason)
-
-    def _check_cancel(self) -> None:
-        if self.cancel.is_set():
-            raise _Stop("cancelled")
-
-    def _check_time_and_tokens(self) -> None:
-        self._check_cancel()
-        self._stop_if(self.budgets.check_time_and_tokens(self.usage, now=time.monotonic(), deadline=self.deadline))
-
-    def _remaining(self) -> dict[str, Any]:
-        return self.budgets.remaining(self.usage, now=time.monotonic(), deadline=self.deadline)
-
-    # -- the end ----------------------------------------------------------------------------
+    def _guard(self, event_type: str, limit: int, signature: tuple[str, ...], **how: Any) -> None:
+        self.guards.count(event_type, limit, signature, self.step, **how)
 
     def _finish(self, stop_reason: str, final: FinalDecision | None, error: ToolErrorInfo | None) -> RunOutcome:
         if self.mcp_tools is not None:  # MCP servers never outlive their run
             self.trace.emit("mcp.servers.stopped", "tool", self.step, servers=self.mcp_tools.close())
-        status = TERMINAL_STATUS[stop_reason]
-        metrics = None
-        if stop_reason not in ("model_unavailable", "runtime_error"):
-            self.record.total_ms = (time.monotonic() - self.started) * 1000
-            metrics = compute_metrics(self.pack, self.record, stop_reason, final)
-        unverified = self._unverified if final is None else None
-        result = RunResult(status=status, stop_reason=stop_reason, final=final, metrics=metrics,
-                           observations=self.observations, error=error, unverified=unverified)
-        self.trace.emit("run.finished", "run", self.step, status=status, stop_reason=stop_reason,
-                        final=final.model_dump() if final else None,
-                        **({"unverified": unverified.model_dump()} if unverified else {}),
-                        metrics=metrics.model_dump() if metrics else None,
-                        error=error.model_dump() if error else None, trace_dropped=self.trace.dropped)
-        return RunOutcome(result=result, events=self.trace.events)
-
+        return finish(self.pack, self.trace, self.record, self.step, self.started, stop_reason, final,
+                      self._unverified, self.observations, error)

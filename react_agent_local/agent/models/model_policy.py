@@ -31,14 +31,15 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
-if TYPE_CHECKING:
-    from agent.prompts.rendering import Conversation
-    from agent.contracts.decision import CallRepair
-    from agent.contracts.budgets import Sampling
-    from agent.prompts.prompting import Branch, Prompt, PromptState
-    from agent.tools import ToolRegistry
+from agent.contracts.budgets import Sampling
+from agent.contracts.decision import CallRepair
+from agent.prompts.prompting import Branch, Prompt, PromptState, build_prompt, code_messages
+from agent.prompts.rendering import (
+    Conversation, compact_turn, continuation_turn, render_continuation, render_conversation
+)
+from agent.tools import ToolRegistry
 
 FinishReason = Literal["stop", "length", "deadline", "cancelled"]
 
@@ -122,22 +123,16 @@ class DecisionRequest:
         """What the model is asked this step, built once: the runtime keeps this call's turn in the
         conversation after the policy has sent it, so both must read the same state."""
         if self._prompt is None:
-            from agent.prompts.prompting import build_prompt
-
             self._prompt = build_prompt(self.state, self.branch, self.tools, self.repair_error)
         return self._prompt
 
     def messages(self) -> list[dict[str, str]]:
         """The prompt as an in-process model's chat messages (``rendering.render_continuation``)."""
-        from agent.prompts.rendering import render_continuation
-
         return render_continuation(self.prompt())
 
     def turn(self) -> str:
         """This call's own user turn: what ``messages()`` adds after the run's earlier turns (a
         compact prompt's one turn, which then stands for all of them: ``compacts``)."""
-        from agent.prompts.rendering import compact_turn, continuation_turn
-
         prompt = self.prompt()
         return compact_turn(prompt) if prompt.compact else continuation_turn(prompt)
 
@@ -148,8 +143,6 @@ class DecisionRequest:
     def conversation(self, arguments: dict[str, dict[str, Any]], names: dict[str, str],
                      replies: dict[str, int] | None = None) -> Conversation:
         """The prompt as a served model's conversation (``rendering.render_conversation``)."""
-        from agent.prompts.rendering import render_conversation
-
         return render_conversation(self.prompt(), arguments, names, replies)
 
     def code_turn_field(self, code_turns: bool) -> str | None:
@@ -164,12 +157,8 @@ class DecisionRequest:
         asked for as a fenced block after the other arguments, and the turn says so. With
         ``code_turns`` it is left out of this request and asked for by ``code_turn``."""
         greedy = self.purpose == "repair"  # a repair should be the model's likeliest fix
-        temperature = 0.0 if greedy else self.sampling.temperature
-        top_p, top_k = self.sampling.top_p, self.sampling.top_k
-        if self.branch.explore and not greedy:
-            # the likeliest answer failed already: a wider draw (top-p 0.8 alone kept the 1.5B's
-            # failed body token for token at temperature 0.7)
-            temperature, top_p, top_k = max(temperature, EXPLORE_TEMPERATURE), max(top_p, 0.95), max(top_k, 50)
+        drawn = self.sampling.wider() if self.branch.explore and not greedy else self.sampling
+        temperature, top_p, top_k = (0.0 if greedy else drawn.temperature), drawn.top_p, drawn.top_k
         schema = self.prompt().value_schema
         code = self.branch.code_field if code_blocks and _has_property(schema, self.branch.code_field) else None
         messages = self.messages()
@@ -197,7 +186,6 @@ class DecisionRequest:
         request for the others) gave ``arguments_text``: the model as a programmer in its own chat
         format -- the task and what this step is for -- no tools, no JSON. The reply is the body of a ```python block the prefix opens, held by the argument's
         own schema (e.g. its def line and docstring)."""
-        from agent.prompts.prompting import code_messages
 
         field = self.branch.code_field
         schema = (self.prompt().value_schema.get("properties") or {}).get(field) or {"type": "string"}
@@ -207,8 +195,6 @@ class DecisionRequest:
                        purpose="decision")
 
 
-#: the temperature (at least) of a call whose likeliest answer already failed
-EXPLORE_TEMPERATURE = 1.0
 CODE_BLOCK_INSTRUCTION = ("Write the other arguments as JSON, then `{field}` in full as a ```python code block "
                           "(plain code, no escaping).")
 CODE_TURN_INSTRUCTION = "Write the other arguments as JSON: `{field}` is asked for next, on its own."

@@ -52,6 +52,7 @@ from agent.contracts.result import RunResult
 from agent.contracts.task import TaskSpec
 from agent.models.model_policy import ModelUnavailable
 from agent.task.packs import PackError, TaskPack
+from agent.coding.workspace import WorkspaceOptions
 from agent.core.runtime import PolicySource, PriorTurns
 from agent.core.run import run_agent
 from agent.tools import ToolRegistry, registry_for
@@ -131,7 +132,7 @@ class Conversation:
 
     def __init__(self, session: Session, pack: TaskPack, policy: PolicySource, *, budgets: Budgets | None = None,
                  sampling: Sampling | None = None, mode: str | None = None, tools: ToolRegistry | None = None,
-                 compaction: CompactionSettings | None = None, workspace: Any = None):
+                 compaction: CompactionSettings | None = None, workspace: WorkspaceOptions | None = None):
         self.session = session
         self.pack = pack
         self.budgets = budgets or Budgets()

@@ -27,6 +27,11 @@ from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agent.coding.approvals import ApprovalRequest
+from agent.coding.workspace import Workspace
+from agent.sandbox import Sandbox
+from agent.shell_risk import ApprovalPolicy
+
 
 class StrictArgs(BaseModel):
     """Base of every argument model: unknown fields are rejected, never silently dropped."""
@@ -69,19 +74,20 @@ class ArgumentError(Exception):
 class ToolContext:
     """What a tool may touch: the pack's folder (knowledge, facts) and this run's artifact folder;
     for the workspace tools also the run's workspace, its sandbox and who approves a risky command
-    (``workspace.bind`` fills them; a run without workspace tools leaves them None)."""
+    (the coding strategy fills them, ``agent/coding/strategy.py``; a run without workspace tools
+    leaves them None)."""
 
     knowledge_dir: Path
     artifact_dir: Path
     pack_dir: Path | None = None
-    #: ``workspace.Workspace``: the one folder the workspace tools may touch
-    workspace: Any = None
-    #: the sandbox opened for the workspace (``agent.sandbox``); every command and file operation runs in it
-    sandbox: Any = None
-    #: ``shell_risk.ApprovalPolicy`` of the run
-    approval: Any = None
-    #: the operator's answer to an ``approvals.ApprovalRequest``; None: every ask is refused
-    approver: Callable[[Any], bool] | None = None
+    #: the one folder the workspace tools may touch
+    workspace: Workspace | None = None
+    #: the sandbox opened for the workspace; every command and file operation runs in it
+    sandbox: Sandbox | None = None
+    #: the run's approval policy for commands
+    approval: ApprovalPolicy | None = None
+    #: the operator's answer to an approval request; None: every ask is refused
+    approver: Callable[[ApprovalRequest], bool] | None = None
     approval_seconds: float = 60.0
     #: the run's deadline (time.monotonic()): a command never outlives it
     deadline: float | None = None
