@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.gate.claims import bound_slots, claim_problems, latest_of, resolve_checks
+from agent.contracts.decision import latest_ok
+from agent.gate.claims import bound_slots, claim_problems, resolve_checks
 from agent.contracts.task import AnswerGuide
 from agent.contracts.decision import Observation
 from agent.task.packs import TaskPack, load_pack
@@ -180,7 +181,7 @@ RIGHT = ("The lowest group is South at 64, a gap of -6 to the floor. Check: 64 >
 
 
 def _problems(answer: str, guide: AnswerGuide = GUIDE, evidence=EVIDENCE) -> list:
-    checks = resolve_checks(guide.checks, latest_of(evidence))
+    checks = resolve_checks(guide.checks, latest_ok(evidence))
     return claim_problems(answer, evidence, "Which group is lowest?", guide, checks)
 
 

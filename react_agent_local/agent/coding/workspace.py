@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterable
 from agent.coding.approvals import APPROVAL_SECONDS, Approver
 from agent.coding.tools import workspace_ops as ops
 from agent.contracts.task import TaskSpec
-from agent.sandbox import Sandbox, SandboxPolicy, SandboxUnavailable, open_sandbox
+from agent import sandbox as sandboxes  # open_sandbox read at call time: a test may replace it
+from agent.sandbox import Sandbox, SandboxPolicy, SandboxUnavailable
 from agent.shell_risk import ApprovalPolicy
 
 #: read-only inside every sandbox, whatever the task protects
@@ -304,7 +305,7 @@ def sandbox_for(workspace: Workspace, *, network: bool = False, root: Path | Non
     read_only = tuple(p for p in dict.fromkeys((*ALWAYS_READ_ONLY, *workspace.protected, *machinery))
                       if os.path.lexists(root / p) and not (root / p).is_symlink())
     try:
-        return open_sandbox(SandboxPolicy(workspace=root, network=network, read_only=read_only,
+        return sandboxes.open_sandbox(SandboxPolicy(workspace=root, network=network, read_only=read_only,
                                           allow_unsandboxed=workspace.allow_unsandboxed))
     except SandboxUnavailable as exc:
         raise WorkspaceUnavailable("sandbox_unavailable", str(exc)[:300]) from None
