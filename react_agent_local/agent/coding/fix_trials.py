@@ -3,9 +3,8 @@
 A guided ``replace_function`` step after a failing test run asks first for a diagnosis in a fixed
 form -- "The wrong line is `X`; it must be `Y`" (``workspace_evidence.diagnosis_schema``) -- and
 then for the function's new source. Writing the source and running the tests again costs a small
-model on two cores a code turn and two more steps, and a wrong diagnosis costs all of them: the
-1.5B used its whole tool budget on four fix-the-test packs proposing wrong one-line fixes, one at a
-time.
+model on two cores a code turn and two more steps, and a wrong diagnosis costs all of them: wrong
+one-line fixes proposed and tested one at a time spend the whole tool budget.
 
 So the runtime tries the diagnosis first (``Run._try_fixes``): the model proposes the arguments but
 the code (``DecisionRequest.arguments_only``), and the runtime applies the fix exactly as written to
@@ -14,21 +13,21 @@ the function as the task gave it (``FixTrial.fixed_source``), in a scratch copy 
 fix the tests pass on becomes the step's Decision -- the diagnosis and that source, as ``const``
 arguments, so no code is sampled -- which the real workspace then runs through the usual tools and
 evidence gate. A failing fix is excluded from the diagnosis and the next one is asked for, up to
-``MAX_TRIALS`` a step: first one for each other line of the function, named for the model (at
-01cd10e, where every trial was the model's own choice, none of 79 trials after a failed one passed),
-then the model's own choice again, drawn more widely. When none passes, the step goes on as before,
+``MAX_TRIALS`` a step: first one for each other line of the function, named for the model (after a
+failed fix, the model's own next choice seldom passes), then the model's own choice again, drawn
+more widely. When none passes, the step goes on as before,
 without the failed fixes. Each trial is a ``fix.trial`` event: its number, the line and the fix
 (``named``: the line was the runtime's to name), whether the tests passed, the exit code, the time
 and the failure's one line (tool output, as an Observation shows it).
 
 A fix that cannot change what the function does where it matters -- the wrong line again, a
-``...`` placeholder (the 0.5B wrote both, dozens of times in one eval), a conditional whose two
+``...`` placeholder (both of which a small model writes often), a conditional whose two
 branches are the same, a comparison of a thing with itself, ``x or x``, ``x = x``, a condition
 that is a constant (``degenerate``), a branch that can never run (``unreachable``) -- is not
 tried: it counts as a failed trial (``refused``) and is excluded like one; so is a fix the tests
-already failed on (one too long for the diagnosis grammar to exclude can be proposed again). At ae669ba the 1.5B's sweep turned clamp's ``return maximum`` into ``return
-number if number < maximum else number``; the pack's few visible tests passed on it, and the runtime
-accepted a function that no longer clamps.
+already failed on (one too long for the diagnosis grammar to exclude can be proposed again). A
+degenerate fix can pass a pack's few visible tests while the function no longer does its job (a
+clamp whose branches are the same no longer clamps), and would be accepted.
 
 Trials run only the task's own test command, only where the approval policy runs it without a
 question, and only for a workspace ``workspace.copy_template`` can copy (folders and regular files
@@ -58,8 +57,8 @@ from agent.coding.grammars import parse_diagnosis
 #: the most diagnoses tried per step before the step is asked as before: the model's first, one for
 #: each other line of a short function (the generated packs' have one to five), then wider draws
 MAX_TRIALS = 8
-#: wider draws of the model's own choice after the named lines (at 01cd10e none of 79 draws after a
-#: failed trial passed; six of them a step cost a one-line function's run the code turns it passed by)
+#: wider draws of the model's own choice after the named lines (they seldom pass, and each costs a
+#: test run: more of them a step spend the time a short function's run needs for its code turns)
 WIDER_TRIALS = 2
 #: the longest one trial's test run may take (never past the run's deadline)
 TRIAL_TIMEOUT_SECONDS = 60.0
@@ -181,9 +180,8 @@ def unreachable(source: str | None, fix: str) -> str | None:
     condition requires (alone or under ``and``) a condition that an earlier ``if`` of the same block
     already left the function on (no ``else``, its body ending in ``return`` or ``raise``, nothing
     in between assigning a name that condition reads), or one an ``elif`` chain above it already
-    took. A branch no input reaches fixes nothing: at 6449cb3 the 0.5B's clamp fix `if number < low
-    and number > maximum:` below `if number < low: return low` passed the pack's few visible tests by
-    never clamping, and the runtime accepted it."""
+    took. A branch no input reaches fixes nothing, yet it can pass a pack's few visible tests by never
+    running (``if number < low and number > maximum:`` below ``if number < low: return low``)."""
     line = _parse_line(fix.strip())
     header = next((n for n in ast.walk(line) if isinstance(n, (ast.If, ast.While))), None) if line else None
     if header is None or source is None:

@@ -10,10 +10,9 @@ from typing import Any, Iterable
 from agent.coding.source_lines import PROSE_QUOTES, STUB_LINES, head_lines, line_variants, blamable_lines
 
 
-#: a guided edit's new text: room for a few lines, never a runaway to the token limit (the 0.5B's
-#: re-asked edits ran on, digit by digit, until they were cut off at 256 tokens), and no indentation of its own --
-#: old is a line without its indentation, which the file keeps (the 0.5B re-indented its new line
-#: by 2, 5 or 10 spaces and broke the file more often than not)
+#: a guided edit's new text: room for a few lines, never a runaway to the token limit (a small model's
+#: re-asked edit can run on, digit by digit), and no indentation of its own -- old is a line without
+#: its indentation, which the file keeps (a model's own indentation of the new line breaks the file)
 MAX_NEW_CHARS = 160
 
 
@@ -42,8 +41,8 @@ def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()
     """The diagnosis in a fixed form: which of the function's own lines is wrong (one of them, as
     the file has it, and not one ``cleared`` -- fixed ``BLAME_LIMIT`` ways already, each failing --
     while another is left) and what it must be instead -- neither that line unchanged, nor a copy of
-    another of its lines, nor a fix already ``tried`` -- before the source is written (the 1.5B,
-    asked for the source straight away or for a free diagnosis, named the wrong line but copied it
+    another of its lines, nor a fix already ``tried`` -- before the source is written (asked for the
+    source straight away or for a free diagnosis, a small model names the wrong line but copies it
     unchanged)."""
     lines = blamable_lines(source)
     choices = [line for line in lines if line not in cleared] or lines
@@ -51,11 +50,10 @@ def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()
         return DIAGNOSIS_SCHEMA
     options = []
     for line in choices:
-        # the fix ends at its closing backtick (unbounded, the 1.5B wrote on in prose past it)
-        # a fix already tried is excluded with its trivial variants too (the 1.5B wrote a failed fix
-        # again with a ';' added or its ':' left out, then the same failed function); so is a copy
-        # of another line of the function, which leaves one of the two dead (the 0.5B's clamp "fix"
-        # `if number < maximum:` -> `if number < low:` passed tests that never went past the maximum)
+        # the fix ends at its closing backtick (unbounded, a model writes on in prose past it)
+        # a fix already tried is excluded with its trivial variants too (a ';' added or a ':' left
+        # out is the same failed fix again); so is a copy of another line of the function, which
+        # leaves one of the two dead (and passes any test that never reaches the dead branch)
         others = [other for other in lines if other != line]
         known = [variant for text in (line, *tried, *others) for variant in line_variants(text)]
         failed = [variant for text in tried for variant in line_variants(text)]
@@ -66,16 +64,16 @@ def diagnosis_schema(source: str, tried: list[str] = (), cleared: list[str] = ()
 
 def def_line_pattern(source: str, written: bool = False) -> str:
     """A new definition starts as the old one does: its def line and its docstring (the signature is
-    not the bug, and the docstring is the spec the fix is written against: the 1.5B, free to leave
-    it out, dropped it and then saw nothing wrong with the code), when a pattern can hold them (a
+    not the bug, and the docstring is the spec the fix is written against: a model that drops it
+    has nothing left to find the code wrong against), when a pattern can hold them (a
     function's source is written as raw text -- a code block or a code turn -- so a backslash in it
     is one character of the pattern like any other), and ends where the function does (``BODY_LINE``);
     else with any text."""
     head = head_lines(source)
     if head:
         if written:
-            # ``written``: the body is to be written, so its first line is no stub statement (the
-            # 1.5B, shown a stub, copied ``raise NotImplementedError`` back three times in a row)
+            # ``written``: the body is to be written, so its first line is no stub statement (a
+            # model shown a stub copies ``raise NotImplementedError`` back)
             lines = textwrap.dedent(source).splitlines()
             body = lines[len(head)] if len(lines) > len(head) else "    "
             indent = body[:len(body) - len(body.lstrip())] or "    "
@@ -86,8 +84,8 @@ def def_line_pattern(source: str, written: bool = False) -> str:
 
 
 #: a line of a function's body after its def line: blank, indented or a comment -- never a statement of
-#: the module (asked in a benchmark's words, "a self-contained script", the 1.5B wrote its definition and
-#: then calls of it, and the definition was refused three times for the statements after it)
+#: the module (asked for "a self-contained script", a model writes calls after its definition, and the
+#: definition would be refused for the statements after it)
 BODY_LINE = "(?:[ \\t#][^\\n]*)?"
 
 
@@ -106,8 +104,8 @@ def _literal(text: str) -> str:
 
 
 #: After a line ``differs_from`` closes, what may not follow: these characters at all, and these
-#: characters followed by one of their own (the 1.5B wrote a failed fix again with prose after it:
-#: "it must be `if n <= m:'. The test expects...", "`x - 1; otherwise ...`", "`x - 1 because ...`").
+#: characters followed by one of their own (a failed fix with prose after it is the same fix again:
+#: "`x - 1; otherwise ...`", "`x - 1 because ...`").
 CLOSED_AFTER = ";'"
 
 
@@ -126,8 +124,8 @@ def differs_from(lines: list[str], limit: int, exclude: str = "", closed: Iterab
     # llguidance lets a JSON escape (\" or \\) through any character class, so a line holding a
     # quote or a backslash cannot be excluded this way (edit_file still refuses old == new); nor can
     # a line longer than ``MAX_EXCLUDED_CHARS``: a deep trie of bounded tails is past what llguidance
-    # compiles, and a grammar that does not compile constrains nothing (a function with one 85-character
-    # line had its diagnosis written unconstrained, and the 1.5B wrote no JSON three times)
+    # compiles, and a grammar that does not compile constrains nothing (the diagnosis is then written
+    # unconstrained, and may be no JSON at all)
     for line in (line for line in lines if '"' not in line and "\\" not in line and len(line) <= MAX_EXCLUDED_CHARS):
         node = trie
         for c in line:

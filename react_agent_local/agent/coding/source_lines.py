@@ -76,8 +76,7 @@ def stub_of(source: str) -> str | None:
 
 def is_stub(source: str) -> bool:
     """A function still to be written: its body (after the docstring, and imports before it) is only
-    ``pass``, ``...`` or ``raise NotImplementedError`` (HumanEval/115 imports ``math`` above its
-    docstring)."""
+    ``pass``, ``...`` or ``raise NotImplementedError`` (a stub may import above its docstring)."""
     try:
         tree = ast.parse(textwrap.dedent(source))
     except (SyntaxError, ValueError):
@@ -112,8 +111,8 @@ def _is_stub_statement(statement: ast.stmt) -> bool:
 MAX_FIX_LINES = 3  # a rewrite that changed more lines than this was no fix of one line
 
 
-#: typographic quotes end a fix: in a code line they are prose (sampled wider, the 1.5B closed its fix
-#: with one and went on, "`return x or y’ to correctly handle ...`", in 4 of 21 fix trials of one run)
+#: typographic quotes end a fix: in a code line they are prose (sampled wider, a model closes its fix
+#: with one and goes on, "`return x or y’ to correctly handle ...`")
 PROSE_QUOTES = "\u2018\u2019\u201c\u201d"
 
 
@@ -128,9 +127,8 @@ _COMMENT = re.compile(r"\s+#[^'\"]*$")  # a trailing comment (none with a quote 
 
 def changed_lines(rewrite: dict[str, Any]) -> list[str]:
     """The code lines a ``replace_function`` result wrote that its function did not have (``before``),
-    stripped: the fix it tried, whatever its diagnosis said (the 1.5B's diagnosis ran on past its
-    fix in prose, "it must be `if n <= m:'. The test expects...", so that fix itself was never
-    excluded, and it wrote ``<=`` three times)."""
+    stripped: the fix it tried, whatever its diagnosis said (a diagnosis that runs on past its fix in
+    prose, "it must be `if n <= m:'. The test expects...", would leave that fix itself unexcluded)."""
     old = {line.strip() for line in str(rewrite.get("before") or "").splitlines()}
     new = [_COMMENT.sub("", m.group(1)).strip() for line in str(rewrite.get("snippet") or "").splitlines()
            if (m := _NUMBERED.match(line))]
@@ -179,8 +177,8 @@ def head_lines(source: str) -> list[str]:
 def unique_lines(files: Iterable[tuple[str, str]]) -> list[str]:
     """The lines an ``old`` may be, without their indentation: each occurs exactly once in its file,
     and in a Python file that parses it is code -- a statement in a function or an assignment at the
-    top -- not a ``def``, an import, a docstring or a comment (the 0.5B chose the ``def`` line of the
-    broken function and rewrote the function on it). Every non-blank line where the file does not parse."""
+    top -- not a ``def``, an import, a docstring or a comment (an edit of the ``def`` line rewrites the
+    function on it). Every non-blank line where the file does not parse."""
     choices: list[str] = []
     for path, text in files:
         lines = text.splitlines()

@@ -114,8 +114,8 @@ MAX_TEST_LINES = 16
 def failing_tests(run: Observation, workspace: Workspace | None, limit: int = 2) -> list[str]:
     """The source of the tests a failed pytest run names (``FAILED path::test``), as the workspace
     has them, at most ``limit`` of at most ``MAX_TEST_LINES`` lines each: the report shows the first
-    assertion that failed, the test shows every case the fix must meet (the 1.5B fixed ``is_leap``
-    for 2000, then broke 1900, then fixed 1900 and broke 2000)."""
+    assertion that failed, the test shows every case the fix must meet (a fix made for the one
+    failing case shown breaks another)."""
     result = run.result or {}
     out: list[str] = []
     for line in str(result.get("stdout") or "").splitlines():

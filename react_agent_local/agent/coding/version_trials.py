@@ -3,9 +3,8 @@
 A function written from its docstring (a stub, or one asked for anew after its rewrites failed) is
 asked for greedily first; once that likeliest version failed its tests, the next is sampled
 (``Step.explore``). Writing a sampled version and running the tests costs the run two tool calls, a
-step and the prompt of each, and one failed draw teaches a small model little: at 9e4351a the
-0.5B's HumanEval runs that failed ended on their tool budget or deadline in sampled rewrites (10 of
-19), each draw written, run and failed in turn.
+step and the prompt of each, and one failed draw teaches a small model little: drawn, written, run
+and failed one at a time, sampled rewrites spend a run's tool budget or deadline.
 
 So before a sampled version is written, the runtime (``Run._try_versions``) draws up to
 ``MAX_VERSIONS`` of them from the step's own prompt -- the model writes each whole, the arguments
@@ -15,8 +14,8 @@ workspace touched). The first version the tests pass on becomes the step's Decis
 ``const`` (no code is sampled again), which the real workspace then writes and tests through the
 usual tools and evidence gate. When none passes, the last one drawn that the tests ran on is the
 Decision (one the tool refused, a syntax error, only when no draw ran), so the tests' report on it
-reaches the model as the next step's Observation, as before (at 4468b66 the 1.5B's last draw of
-HumanEval/145 was written and refused twice: two tool calls for nothing the model had not seen).
+reaches the model as the next step's Observation, as before (a draw the tool would refuse, written,
+spends tool calls on nothing the model has not seen).
 
 A version whose code (by syntax tree: comments and layout aside) already failed, in this step or an
 earlier one, is not run again (``refused``). Each draw is a ``version.trial`` event: its number,
@@ -39,8 +38,8 @@ from agent.models.decisions import DecisionError
 from agent.coding.fix_trials import Scratch, TrialOutcome, narrowed_with
 from agent.coding.tools import workspace_ops as ops
 
-#: the most versions drawn and tried per step before the last one is written (the 0.5B draws one in
-#: about 5-10 s on two cores, the 1.5B in 10-25 s; the run's deadline bounds them all)
+#: the most versions drawn and tried per step before the last one is written (each draw costs a
+#: whole function's generation; the run's deadline bounds them all)
 MAX_VERSIONS = 4
 
 

@@ -111,7 +111,7 @@ class Workspace:
     def code_digest(self, hashes: dict[str, str] | None = None) -> str:
         """One hash of the files as code: a Python file by its syntax tree (comments, blank lines and
         layout left out), any other file, or one that does not parse, by its bytes. Equal when the
-        code is, however it is written (the 1.5B wrote a failed fix again with a comment added).
+        code is, however it is written (a failed fix written again with a comment added is the same code).
         ``hashes``: the files' hashes when the caller has them already (``digest`` of the same moment)."""
         hashes = dict(self.hashes() if hashes is None else hashes)
         for rel in hashes:

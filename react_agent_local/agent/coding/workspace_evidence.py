@@ -165,8 +165,8 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Worksp
         return None
     unread = _unread(task, observations)
     if unread is not None:
-        # The whole file, by the path the task declares: the 0.5B added line ranges of its own and
-        # re-read the test with a moving start_line until the tool budget ran out.
+        # The whole file, by the path the task declares: a small model given line ranges of its own
+        # re-reads a file with a moving start_line until the tool budget runs out.
         return Step("read_file", unread, narrowed=(("path", {"const": unread}), ("start_line", {"const": 1}),
                                                      ("end_line", {"const": None})))
     change_tool = next((t for t in task.required_tools if t in CHANGE_TOOLS), None)
@@ -178,8 +178,8 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Worksp
     tested = (last_run is not None and (change is None or last_run[0] > change[0])
               and (last_run[1].result or {}).get("files_digest") == now)
     # A change that brought back files a run already failed on needs no run to know the outcome:
-    # the greedy 1.5B wrote the same wrong body again after each failing run until the loop guard,
-    # and the sampled one the same fix with a comment added (so the code is compared, not the bytes).
+    # a model writes the same wrong body again, or the same fix with a comment added (so the code
+    # is compared, not the bytes).
     code = None if tested or change is None else workspace.code_digest()
     repeated = None if code is None else next(
         (run for _, run in reversed(runs) if not passed(run)
@@ -188,11 +188,12 @@ def next_step(task: TaskSpec, observations: list[Observation], workspace: Worksp
         # a function still to be written fails its tests by construction: write it first
         return _first_version(function_step(files, workspace, None, observations), observations)
     if not tested and repeated is None:
-        # Before the first change too: the failure names the function and the wrong value (the 0.5B,
-        # asked to edit straight after reading, chose a def line and rewrote the function blind).
+        # Before the first change too: the failure names the function and the wrong value (asked to
+        # edit straight after reading, a model rewrites a function blind).
         return Step("bash", "a run of the tests after the last change" if change else "a run of the tests to see what fails",
                     # the timeout too: a call the grammar fixes whole is written without the model
-                    # reading its prompt (the 0.5B chose 600 s once, reading 3.6k tokens to do it)
+                    # reading its prompt (left free, the timeout costs a read of the prompt and may be
+                    # the longest allowed)
                     narrowed=(("command", {"const": task.workspace.test_command}), ("timeout", {"const": None})))
     failing = repeated or last_run[1]
     if change_tool is None:
@@ -248,8 +249,8 @@ def _functions(files: list[str], workspace: Workspace | None) -> list[tuple[str,
 def _first_version(step: Step, observations: list[Observation]) -> Step:
     """The first version's step after the tool refused the last one (a syntax error): asked again
     with the refusal said, in the runtime's words where the last was in the pack's (greedy: another
-    wording is another likeliest version), else sampled (the greedy 1.5B wrote HumanEval/145's
-    unbalanced ``sorted(...)`` three times, to the loop guard)."""
+    wording is another likeliest version), else sampled (greedy, the same refused version comes back
+    until the loop guard)."""
     refused = [o for o in observations if not o.ok and o.tool in CHANGE_TOOLS]
     if not refused:
         return step
@@ -271,8 +272,8 @@ def function_step(files: list[str], workspace: Workspace | None, run: Observatio
 
     After a rewrite that failed, the source shown is the function as the task gave it (the tool
     reported it as ``before``), with the fixes already tried, and a diagnosis may propose none of
-    them again: the 1.5B, shown its own failed rewrite, fixed that back to the original and went
-    to and fro between the two until the tool budget ran out.
+    them again: a model shown its own failed rewrite fixes that back to the original and goes to
+    and fro between the two.
 
     Without a ``run`` (a stub is written before any test run: it fails by construction) the step
     offers the stubs with their source alone.
@@ -280,8 +281,7 @@ def function_step(files: list[str], workspace: Workspace | None, run: Observatio
     Where the pack words a function's first version itself (``reworded``: ``TaskSpec.code_prompt``)
     and that version failed, the next is a first version again, in the runtime's words and greedy
     (``Step.anew``), before any sampled rewrite: two wordings give two of the model's likeliest
-    versions (at 890656b the runtime's words' first version passed HumanEval/134, the benchmark's
-    words' failed its examples, and on four other problems the other way round)."""
+    versions, and either may be the one that passes."""
     result = (run.result if run is not None else None) or {}
     output = "\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr"))
     functions = _functions(files, workspace)
@@ -302,7 +302,7 @@ def function_step(files: list[str], workspace: Workspace | None, run: Observatio
         mine = [r for r in rewrites if r.get("path") == path and r.get("name") == name]
         original = str(mine[0].get("before") or source) if mine else source
         # a fix of a written function changed a line or two, and those are the fix it tried; a stub's
-        # first bodies are no fixes (and are not shown: the 1.5B copies failed code it is shown)
+        # first bodies are no fixes (and are not shown: a model copies failed code it is shown)
         fixes = [] if is_stub(original) else [lines for r in mine if len(lines := changed_lines(r)) <= MAX_FIX_LINES]
         trials = [fix for p, n, fix in failed_fixes if (p, n) == (path, name)]
         tries = list(dict.fromkeys([*(m.group(1) for r in mine if (m := _MUST_BE.search(str(r.get("diagnosis") or "")))),
@@ -314,8 +314,7 @@ def function_step(files: list[str], workspace: Workspace | None, run: Observatio
         if len(chosen) == 1 and len(mine) >= RESPEC_AFTER and not is_stub(original) and (stub := stub_of(original)):
             # rewritten again and again and still failing: asked for anew, from its signature and
             # docstring, as a function still to be written is (a coding model writes a function from
-            # its docstring better than it finds a bug: the 1.5B named a wrong line and fixed a right
-            # one wrongly for ten minutes on a pager's `start = number * per_page`)
+            # its docstring better than it finds a bug)
             originals.append(stub)
             tried.append(([], []))
             shown.append(f"{name} in {path}: your {len(mine)} rewrites of it failed. Forget its old body; "
@@ -342,7 +341,7 @@ def function_step(files: list[str], workspace: Workspace | None, run: Observatio
     ask = ("implemented as its docstring says" if unwritten else "with the bug fixed")
     if unwritten and len(chosen) == 1 and (around := module_context(workspace.read_text(paths[0]) or "", names[0])):
         # what the function may use: the code turn is a conversation of its own, without the read
-        # that showed the file (HumanEval/10's stub calls a helper the file defines beside it)
+        # that showed the file (a stub may call a helper the file defines beside it)
         shown.insert(0, f"{paths[0]} around it (imports and other code, as the file has them):\n{around}")
     target = (f"{'an implementation' if unwritten else 'a fix'} that makes the tests pass. {outcome}" + "\n".join(shown) + "\n"
               f"Write the whole definition of {' or '.join(names)}{'' if unwritten else ' again'}, {ask}")
@@ -378,8 +377,7 @@ _BLAMED = re.compile(r"^The wrong line is `(.*?)`; it must be `")
 
 
 #: a line named wrong this many times by rewrites that all failed is no longer offered as the wrong
-#: one (the 1.5B blamed a ``return`` line four times, fixing it four ways, where the ``if`` above it
-#: was the bug, until the tool budget ran out)
+#: one (a model keeps blaming one line, fixing it new ways, where the bug is in another)
 BLAME_LIMIT = 2
 
 
@@ -417,7 +415,7 @@ def _change_step(tool: str, files: list[str], workspace: Workspace | None, targe
     choices = unique_lines((f, text) for f, text in texts if text)
     if not choices:
         return Step(tool, target, narrowed=(("path", path), ("new", NEW_SCHEMA)), drafts=drafts)
-    # new may be no line that old may be: an edit that changes nothing is no fix (the 0.5B copied
-    # the line it chose into new, three times, until the loop guard)
+    # new may be no line that old may be: an edit that changes nothing is no fix (a small model
+    # copies the line it chose into new)
     new = {**NEW_SCHEMA, "pattern": differs_from(choices, MAX_NEW_CHARS)}
     return Step(tool, target, narrowed=(("path", path), ("old", {"enum": choices}), ("new", new)), drafts=drafts)

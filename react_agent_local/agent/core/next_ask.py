@@ -48,14 +48,14 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
                 return Branch("action", tool=tool, target=missing, narrowed=_not_again(tools, tool, covered),
                               summary=_summary(task, tools, tool))
         elif tool not in evidence.latest_ok:
-            # After a rejected call the tool's expectations narrow the arguments they can (the
-            # 0.5B repeated a chart of 4 labels and 1 value until the loop guard stopped it).
+            # After a rejected call the tool's expectations narrow the arguments they can (asked
+            # again unnarrowed, a small model repeats the rejected call).
             # On the first ask the same evidence is only a draft: it speeds decoding where the
             # model copies it and never constrains what the model writes.
-            # The numbers its expected value is computed from are named, as on a re-ask (the 1.5B
-            # subtracted another group's number from the right one in 4 of 4 two-record runs).
+            # The numbers its expected value is computed from are named, as on a re-ask (a model
+            # left to find them takes a neighbouring group's number).
             narrowing, rejected = evidence.narrowing(tool), evidence.last_rejected(tool)
-            # After a failed attempt (the 0.5B subtracted two record names, three times) the expected
+            # After a failed attempt (a small model repeats a wrong expression) the expected
             # value is worked out from the evidence, as for a wrong result; where none can be, the
             # next attempt is sampled more widely.
             mine = [e for e in evidence.expectations if e.tool == tool]
@@ -85,8 +85,8 @@ def next_ask(task: TaskSpec, evidence: StepEvidence, *, mode: str, tools: ToolRe
 
 def _not_again(tools: ToolRegistry, tool: str, covered: dict[str, str]) -> tuple[tuple[str, Any], ...]:
     """The tool's choice arguments (an ``enum``, e.g. the fact names of a bound ``lookup_fact``)
-    without the items its Observations already cover: the 1.5B, asked for 'Utrecht area', looked up
-    'Utrecht area (square miles)' three times over. Nothing is narrowed where no choice is left."""
+    without the items its Observations already cover: a model asked for one item looks up a covered
+    near-namesake of it again. Nothing is narrowed where no choice is left."""
     narrowed = []
     for field, schema in (tools.get(tool).compact_schema().get("properties") or {}).items():
         choices = schema.get("enum") if isinstance(schema, dict) else None
@@ -100,16 +100,16 @@ def _not_again(tools: ToolRegistry, tool: str, covered: dict[str, str]) -> tuple
 
 def _free(task: TaskSpec, evidence: StepEvidence, tools: ToolRegistry, language: str) -> Branch:
     # The Final is one of the choices only once the evidence gate could accept one: until then
-    # the grammar offers the tools alone (the 1.5B answered after one of two lookups, inventing
-    # the other, until the premature-final guard: 9 of 10 free runs).
+    # the grammar offers the tools alone (offered the Final early, a model answers after one of two
+    # lookups, inventing the other).
     # The ids a Final must cite stay citable when older than the window of visible Observations (a
     # session's later turn could otherwise only finish by looking a required fact up again).
     required = tuple(obs_id for _, obs_id in evidence.required if obs_id)
     recent = tuple(o.id for o in evidence.observations[-VISIBLE_OBSERVATIONS:] if o.ok)
     citable = tuple(i for i in dict.fromkeys(required) if i not in recent) + recent if evidence.ready else ()
     form, numbers, bound = final_form(evidence, citable)
-    # The model chooses, but it is told which declared item no Observation covers yet (free-mode
-    # runs of the population pack looked the same fact up until the loop guard).
+    # The model chooses, but it is told which declared item no Observation covers yet (left to
+    # itself, a model looks the same fact up again).
     tool, item = next(((tool, item) for tool, items in task.subgoals.items() if tool in tools
                        for item in items if item_key(item) not in evidence.covered.get(tool, {})), (None, None))
     return Branch("free", tool=tool, target=item, evidence_ids=citable, answer_form=form, numbers=numbers,

@@ -41,11 +41,11 @@ class Expectation:
     #: an argument whose reference resolves to nothing yet is left out)
     arguments: tuple[tuple[str, Any], ...]
     #: the evidence numbers the expected value is computed from (path text, value), shown when the
-    #: tool is asked again (the 1.5B took a neighbouring row's number three times in a row)
+    #: tool is asked again (left to find them, a model takes a neighbouring row's number)
     sources: tuple[tuple[str, float], ...] = ()
     #: the expected value's expression with those numbers put in (``check_language.worked_out``), shown
-    #: when a result failed it: the 1.5B swapped a change's later and earlier value three times in a
-    #: row when shown the two numbers alone
+    #: when a result failed it: shown the two numbers alone, a model swaps a change's later and
+    #: earlier value
     worked: str | None = None
 
     def where_from(self) -> str:
@@ -207,8 +207,8 @@ def premature(evidence: StepEvidence, evidence_ids: list[str]) -> list[str]:
         elif obs_id not in evidence_ids and not (index[obs_id] < evidence.prior
                                                  and evidence.observations[index[obs_id]].tool in cited_ok):
             # An earlier turn's latest Observation need not be cited by a turn that made none of that
-            # tool: it answers its own question, maybe from an older one (a recall of turn 3 in turn
-            # 12 was refused for not citing turn 11's lookup, then answered turn 11's question).
+            # tool: it answers its own question, maybe from an older one (a recall made to cite a later
+            # turn's lookup answers that later turn's question instead).
             problems.append(f"evidence_ids must cite the latest successful {what} observation {obs_id}")
     problems += [f"the latest {e.tool} result {e.falls_short()}" for e in evidence.failing()]
     return problems

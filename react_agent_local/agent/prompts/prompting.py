@@ -35,16 +35,16 @@ HISTORY_CHARS = 16000  # about 5k tokens: past this the prompt is one compact tu
 MODEL_TURN_CHARS = 2000  # a Decision longer than this (a hostile or runaway output) is kept cut
 INVALID_TURN = "(an output the runtime rejected; see its feedback below)"
 #: an earlier Decision of the kind a step asks for again, when that step is drawn more widely
-#: (``Branch.explore``): shown its own failed change in the history, the 1.5B wrote it again token
-#: for token at temperature 1.0, three times, until the loop guard stopped the run
+#: (``Branch.explore``): shown its own failed change in the history, a model writes it again token
+#: for token, even at temperature 1.0
 FAILED_TURN = "(an earlier attempt of this step that failed; see the observations and feedback)"
 
 
 def without_failed_turns(history: list[tuple[str, str]], branch: "Branch") -> list[tuple[str, str]]:
     """``history`` with the model's earlier Decisions of ``branch``'s kind (its tool's, or Finals)
     replaced by ``FAILED_TURN``, for a step asked again after they failed (``Branch.again``, or
-    drawn more widely); as it is otherwise. Shown its failed calculator call and the expression
-    worked out from the evidence, the 0.5B wrote its own again, three times."""
+    drawn more widely); as it is otherwise. Shown its failed call beside the expression worked out
+    from the evidence, a small model copies its own failed one."""
     if not (branch.explore or branch.again):
         return history
     mark = f'"tool": "{branch.tool}"' if branch.kind == "action" else '"type": "final"'
@@ -55,7 +55,7 @@ def without_failed_turns(history: list[tuple[str, str]], branch: "Branch") -> li
 ANSWER_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 600,
                  "pattern": r'^[A-Za-z\u4e00-\u9fff][^{}\[\]"\\\x00-\x1f]*$'}
 # A goal written in Chinese is answered in Chinese: the prose starts with a Chinese character
-# (the 1.5B answered Chinese goals in English four times in five when only told to).
+# (only told to, a small model answers a Chinese goal in English).
 ANSWER_SCHEMA_ZH = {**ANSWER_SCHEMA, "pattern": r'^[\u4e00-\u9fff][^{}\[\]"\\\x00-\x1f]*$'}
 
 
@@ -163,7 +163,7 @@ class Branch:
             schema = tool_schema(registry, self.tool)
             if self.narrowed:
                 # A narrowed argument is one the re-ask demands: optional or not, it must be written
-                # (the 0.5B left an optional average out of every re-drawn chart until the loop guard).
+                # (a small model leaves an optional argument out of every re-drawn call).
                 properties = dict(schema.get("properties", {}))
                 chosen = {name: sub for name, sub in self.narrowed if name in properties}
                 properties.update(chosen)
@@ -290,12 +290,11 @@ def code_messages(state: PromptState, branch: Branch, registry: ToolRegistry, ar
     """A code turn's conversation (``DecisionRequest.code_turn``): one user message with the task and
     what this step is for (the branch's target: the code as the task gave it or as it is now, how the
     last run failed), asking for the code alone -- no tools, no protocol. The model's own failed
-    version is not shown: shown it, the 1.5B copied it token for token, even sampled at T=1.
+    version is not shown: shown it, a model copies it token for token, even sampled at T=1.
 
     A function written the first time, in a pack with a ``code_prompt``, is asked with that prompt
-    alone: at 890656b the 1.5B's first version, asked the runtime's way, passed HumanEval's examples
-    and failed its hidden tests on 4 of 60 problems where the same model asked the benchmark's way
-    (``bench/humaneval_single_shot.py``) passed them (and on 1 the other way round)."""
+    alone: a first version asked the runtime's way can pass the examples and fail the hidden tests
+    where the same model, asked the benchmark's way, passes them."""
     if branch.spec is not None and state.code_prompt:
         return [{"role": "user", "content": state.code_prompt.replace("{code}", branch.spec)}]
     field = branch.code_field or "code"

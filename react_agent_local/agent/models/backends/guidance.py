@@ -102,9 +102,9 @@ class Guidance:
         self._lib = llguidance
         with warnings.catch_warnings():  # its bridge calls a llama.cpp function deprecated in 0.3.36, once per token
             warnings.simplefilter("ignore", DeprecationWarning)
-            # No slicer: its per-slice token tries cost ~33 MiB resident for Qwen's 152k tokens and speed
-            # up only full masks inside free strings (0.12 -> 1.1-1.5 ms each, measured), which the
-            # lazy sampler computes only when a sampled token is refused; building is also ~0.2 s faster.
+            # No slicer: its per-slice token tries cost tens of MiB resident for a large vocabulary and
+            # speed up only full masks inside free strings, which the lazy sampler computes only when a
+            # sampled token is refused; building is also faster without them.
             self.tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(vocab, eos_token=eos_token, slices=[])
         self._grammars: dict[str, str | None] = {}
         self._levels: dict[str, str] = {}
@@ -129,7 +129,7 @@ class Guidance:
             # value, and the runtime's validator (and max_new_tokens) still enforce the lengths.
             # A pattern past what it compiles at all is dropped: the value is still one JSON value
             # of the schema's shape, and the validator still holds it to the pattern (unconstrained,
-            # the 1.5B wrote no JSON at all, three times in a row).
+            # a small model may write no JSON at all).
             candidates = (schema, without_lengths_beside_patterns(schema), without_patterns(schema))
             for number, candidate in enumerate(candidates):
                 grammar = value_grammar(candidate, lead, code_field, code_only)

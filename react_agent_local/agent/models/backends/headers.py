@@ -18,15 +18,15 @@ from agent.models.backends.locate import GGUF_MAGIC, ModelLocation, _refuse, _re
 
 MAX_JSON_BYTES = 4 << 20  # config.json, tokenizer_config.json, provenance.json
 MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit
-MAX_GGUF_META_BYTES = 256 << 20  # key/values + tensor table; Qwen's is about 6 MB
+MAX_GGUF_META_BYTES = 256 << 20  # key/values + tensor table; a real model's is a few MB
 MAX_GGUF_STRING = 16 << 20
 #: The work budget of one GGUF header read, besides its bytes: strings are parsed one by one, so a
 #: tiny sparse file declaring a 4-million-entry string array would cost seconds of CPU. Real models
-#: declare a few hundred thousand (Qwen2.5: 151k tokens + 151k merges). Checked when declared.
+#: declare a few hundred thousand (their tokens and merges). Checked when declared.
 MAX_GGUF_STRING_ENTRIES = 1 << 20
 #: A backstop on the whole read, in this thread's CPU seconds: on a machine whose cores other
-#: processes hold, a valid header's read waits for the CPU far longer than it uses it (a 0.5B under
-#: nice 19 beside a busy model server took 26 s of wall time), and the waiting is not the file's fault.
+#: processes hold, a valid header's read waits for the CPU far longer than it uses it (niced beside a
+#: busy model server, many seconds of wall time), and the waiting is not the file's fault.
 MAX_GGUF_SECONDS = 5.0
 
 
