@@ -519,9 +519,9 @@ def test_real_draft_goes_on_through_the_text_the_grammar_forces(real_policy, mon
     from agent.models.backends import llama_cpp as backend
 
     batches = []
-    decode = backend._decode
-    monkeypatch.setattr(backend, "_decode", lambda llm, batch, logits_from: (batches.append(len(batch)),
-                                                                             decode(llm, batch, logits_from)))
+    decode = backend.decode_batch
+    monkeypatch.setattr(backend, "decode_batch", lambda llm, batch, logits_from: (batches.append(len(batch)),
+                                                                                  decode(llm, batch, logits_from)))
     form = {"type": "string", "pattern": r"^Check: average [0-9]+ >= [0-9]+ is (True|False); "
                                          r"lowest [0-9]+ >= [0-9]+ is (True|False)\.$"}
     messages = [MESSAGES[0], {"role": "user", "content": "The average is 81 and the rule needs an average of at "
@@ -625,16 +625,16 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state(parked, tm
     import numpy as np
 
     from agent.models.backends import llama_cpp as backend
+    from agent.models.backends import llama_cpp_context as context
 
     scratch = tmp_path / "scratch"
-    monkeypatch.setattr(backend, "scratch_folder", lambda: scratch)
+    monkeypatch.setattr(context, "scratch_folder", lambda: scratch)
     if parked == "in memory":
         scratch.parent.mkdir(parents=True, exist_ok=True)
         scratch.write_text("a file where the folder should be")  # mkdir and mkstemp both fail
     saved = []
-    real_save = backend.LlamaCppPolicy._park_state
-    monkeypatch.setattr(backend.LlamaCppPolicy, "_park_state",
-                        lambda self, path: saved.append(path) or real_save(self, path))
+    real_save = context.park_state
+    monkeypatch.setattr(context, "park_state", lambda llm, lc, path: saved.append(path) or real_save(llm, lc, path))
 
     short = _calc_request()
     long_messages = [MESSAGES[0], {"role": "user", "content": MESSAGES[1]["content"] + "\n" + "Note: fine. " * 300}]
@@ -657,10 +657,10 @@ def test_real_context_grows_with_the_conversation_and_keeps_its_state(parked, tm
             policy.close()
     first, second, before, after, across, size_across, logits = seen["grown"]
     assert across.input_tokens <= before == 512 < across.input_tokens + across.output_tokens - 1  # evaluated
-    assert 512 < size_across <= 512 + backend.GROW_AHEAD + backend.GROW_STEP  # grown mid-answer, by a step
+    assert 512 < size_across <= 512 + context.GROW_AHEAD + context.GROW_STEP  # grown mid-answer, by a step
     assert before < second.input_tokens <= after
     # as large as the prompt and the answer needed, not the request's whole max_new_tokens on top
-    assert after - (second.input_tokens + second.output_tokens) < backend.GROW_AHEAD + backend.GROW_STEP
+    assert after - (second.input_tokens + second.output_tokens) < context.GROW_AHEAD + context.GROW_STEP
     assert second.cached_tokens > 20  # the shorter conversation's shared start survived the moves
     assert seen["full"][2] == seen["full"][3] >= backend.DEFAULT_N_CTX
     assert (first.text, across.text, second.text) == tuple(seen["full"][i].text for i in (0, 4, 1))
@@ -678,10 +678,11 @@ def test_real_state_that_does_not_read_back_after_a_growth_is_evaluated_again(tm
     """A parked state that does not load (a full disk, a changed file) empties the cache: the next
     prompt is evaluated in full, never continued from a wrong state; the file is removed all the same."""
     from agent.models.backends import llama_cpp as backend
+    from agent.models.backends import llama_cpp_context as context
 
     scratch = tmp_path / "scratch"
-    monkeypatch.setattr(backend, "scratch_folder", lambda: scratch)
-    monkeypatch.setattr(backend.LlamaCppPolicy, "_unpark_state", lambda self, path, expected: False)
+    monkeypatch.setattr(context, "scratch_folder", lambda: scratch)
+    monkeypatch.setattr(context, "unpark_state", lambda llm, lc, path, expected: False)
     monkeypatch.setenv("REACT_AGENT_PREFIX_CACHE", "0")  # no saved system message to restore either
     long = _calc_request(messages=[MESSAGES[0], {"role": "user", "content": MESSAGES[1]["content"] + "\n" + "Note: fine. " * 300}])
     policy = backend.load(locate_model(real_05b()), initial_n_ctx=512)

@@ -266,9 +266,9 @@ def test_a_run_request_may_narrow_the_packs_tools_but_never_widen_them(tmp_path,
 
 
 def test_a_draft_follows_the_tokens_written_and_stops_where_the_grammar_does():
-    from agent.models.backends.llama_cpp import DRAFT_TOKENS, _Drafter
+    from agent.models.backends.llama_cpp_draft import DRAFT_TOKENS, Drafter
 
-    drafter = _Drafter([[10, 11, 12, 13, 14], [20, 21]])
+    drafter = Drafter([[10, 11, 12, 13, 14], [20, 21]])
     assert drafter.propose(None, 99) == []  # nothing written yet matches
     drafter.written += [5, 11]
     assert drafter.propose(None, 99) == [12, 13, 14]  # after the last token written, in the draft
@@ -278,6 +278,6 @@ def test_a_draft_follows_the_tokens_written_and_stops_where_the_grammar_does():
         def valid_prefix(self, tokens):
             return 1
     assert drafter.propose(Grammar(), 99) == [12]  # only what the grammar admits
-    long = _Drafter([list(range(100, 100 + 3 * DRAFT_TOKENS))])
+    long = Drafter([list(range(100, 100 + 3 * DRAFT_TOKENS))])
     long.written += [100]
     assert len(long.propose(None, 999)) == DRAFT_TOKENS

@@ -11,7 +11,8 @@ import pytest
 
 from agent.runner.boundary import LoopbackGate
 from agent.runner.jobs.event_log import EventLog, entry_of
-from agent.runner.jobs.run_folder import NoFollowFolder, RunFolders, over_limits
+from agent.runner.jobs.run_folder import RunFolders, over_limits
+from agent.util.no_follow import NoFollowFolder
 
 
 def event(seq: int, kind: str = "budget", **fields) -> dict:

@@ -114,7 +114,7 @@ def open_when_released(store: SessionStore, session_id: str):
     """The session opened for writing as another process would, once the runner's worker has let go
     of it: the worker writes turn.finished and then closes the file, so a reader can see the turn
     settled a moment before the file is free."""
-    from agent.sessions.store import SessionBusy
+    from agent.sessions.errors import SessionBusy
 
     deadline = time.monotonic() + 10
     while True:

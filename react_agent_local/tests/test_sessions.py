@@ -24,7 +24,8 @@ from agent.models.model_policy import ModelRequest
 from agent.task.packs import PACKAGE_ROOT, PackError, load_pack
 from agent.sessions import compaction as compaction_module
 from agent.sessions.compaction import HANDOFF_SCHEMA, CompactionSettings, Handoff
-from agent.sessions.store import SessionBusy, SessionCorrupt, SessionFull, SessionNotFound, SessionStore
+from agent.sessions.errors import SessionBusy, SessionCorrupt, SessionFull, SessionNotFound
+from agent.sessions.store import SessionStore
 from agent.sessions.turns import UNRECORDED_EVENTS, Conversation
 from agent.tools import ToolRegistry, registry_for
 from agent.tools.facts import load_facts

@@ -53,7 +53,7 @@ from agent.models.model_policy import ModelRequest
 from agent.prompts.prompting import HISTORY_CHARS, observation_line, system_message
 from agent.tools import ToolRegistry
 from agent.tools.base import compact_schema
-from agent.sessions.store import SessionLog, TurnView
+from agent.sessions.records import SessionLog, TurnView
 
 DEFAULT_CONTEXT_TOKENS = 8192
 SUMMARY_MAX_INPUT_SHARE = 0.75  # the summary prompt may fill this share of the context at most

@@ -1,25 +1,12 @@
 """The session store: one JSONL file per session, appended as a conversation happens.
 
-A session is ``<sessions_dir>/session-<id>.jsonl``; its id is ``<UTC timestamp>-<uuid4 hex>``
-(``20250501T101500123456Z-1b4e...``, to the microsecond), so names sort by creation. Each line is
-one record, a JSON object with ``uuid``, ``parent_uuid`` (the record before it; None for the
-first), ``type`` and ``at`` (UTC time), then its payload:
-
-    session_meta     first, once: ``id``, ``created_at``, ``format``, ``pack`` and caller metadata
-    turn.started     ``turn`` (1, 2, ...), the user's ``message`` and its ``question``: ``pack`` (the
-                     pack's own) or ``follow_up`` (the turn's own; ``agent/sessions/turns.py``)
-    event            ``turn`` and one event of that turn: its ``session.compacted`` first when a
-                     compaction ran before it, then its run's trace events (``agent/contracts/trace.py``)
-    observation      ``turn`` and one Observation, kept when compaction drops a turn's events
-    turn.finished    ``turn``, ``status``, ``stop_reason``, ``final``, ``error``, ``observation_ids``
-    turn.interrupted ``turn`` and ``reason``: the process ended inside the turn (written on resume)
-    compacted        the conversation carried into later turns, as compaction left it
-                     (``agent/sessions/compaction.py``), with its sizes before and after
+A session is ``<sessions_dir>/session-<id>.jsonl``, one record a line; what the records hold and how
+a file reads back is ``records.py``, the store's errors ``errors.py``.
 
 Durability. Records are appended as they happen (one ``write`` of one whole line) and the file is
 fsynced when a turn starts and ends, so a crash loses at most the tail of the turn in progress.
-Reading parses every line; one that is cut off or not a record is skipped, so a file torn at its
-tail reads up to its last good record. Opening a session to continue it (``SessionStore.open``)
+Reading skips a line that is cut off or not a record (``records.SessionLog.parse``), so a file torn
+at its tail reads up to its last good record. Opening a session to continue it (``SessionStore.open``)
 cuts such a tail off, then marks a turn that was started and never finished with
 ``turn.interrupted``; it never writes an old record again, so a resumed session holds each uuid once.
 Compaction rewrites the file: the new content goes to a temporary file, which is fsynced, locked and
@@ -28,24 +15,16 @@ file whole.
 
 Safety. Everything written passes ``trace.redact`` (the operator's secrets through
 ``secrets.scrub``, absolute paths, the user's name) and is strict JSON. Files are opened relative to
-the sessions folder's descriptor with ``O_NOFOLLOW``, so a session file swapped for a symlink is
-refused, never read or written through (as ``job_store.py`` does for run folders). One process at a
-time holds a session open for writing (``flock``; ``SessionBusy`` for the next). What ``list`` and
-``view`` return holds ids, times, counts and redacted text, never a path.
+the sessions folder's descriptor with ``O_NOFOLLOW`` (``agent/util/no_follow.py``, as the run folders
+are), so a session file swapped for a symlink is refused, never read or written through. One process
+at a time holds a session open for writing (``flock``; ``SessionBusy`` for the next). What ``list``
+and ``view`` return holds ids, times, counts and redacted text, never a path.
 
 Caps. ``max_sessions`` and ``max_total_bytes`` bound the folder (the oldest sessions not held open go
 first, when a session is created); ``max_session_bytes`` bounds one file: past it no more ``event``
 records are appended (turn records still are, and count what was left out), and
 ``turns.Conversation`` compacts a session past ``compact_bytes`` and refuses a turn (``SessionFull``)
 when compaction cannot bring it under ``max_session_bytes``.
-
-Exceptions::
-
-    SessionError        base of the store's errors (a public message, a stable ``code``)
-     +-- SessionNotFound  no session with that id (or a malformed id)         code session_not_found
-     +-- SessionBusy      another process holds the session open              code session_busy
-     +-- SessionCorrupt   the file is not a session (no readable session_meta) code session_corrupt
-     +-- SessionFull      the session is at its size cap                      code session_full
 """
 
 from __future__ import annotations
@@ -53,19 +32,22 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 import stat
 import threading
 import uuid
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from agent.contracts.decision import Observation
-from agent.task.packs import DEFAULT_RUNS_DIR
 from agent.contracts.trace import redact
+from agent.sessions.errors import SessionBusy, SessionCorrupt, SessionError, SessionNotFound
+from agent.sessions.records import (
+    FILE_NAME, FORMAT, MAX_RECORD_BYTES, SESSION_ID, SessionLog, file_name, new_session_id, now, observation_of,
+    record_line,
+)
+from agent.sessions.records import OBSERVATION_EVENTS  # noqa: F401 -- re-exported for runner/session_routes.py
+from agent.task.packs import DEFAULT_RUNS_DIR
+from agent.util.no_follow import NoFollowFolder, read_fd, write_all
 
 try:
     import fcntl
@@ -74,312 +56,9 @@ except ImportError:  # Windows: no advisory locks; one writer per session is the
 
 #: Sessions of the CLI: inside the runs folder (ignored by git in a checkout).
 DEFAULT_SESSIONS_DIR = DEFAULT_RUNS_DIR / "sessions"
-FORMAT = 1
-SESSION_ID = re.compile(r"^[0-9]{8}T[0-9]{12}Z-[0-9a-f]{32}$")
-_FILE = re.compile(r"^session-([0-9]{8}T[0-9]{12}Z-[0-9a-f]{32})\.jsonl$")
-MAX_RECORD_BYTES = 1024 * 1024  # a record larger than this is stored as a stub that says so
-PREVIEW_CHARS = 80
-OBSERVATION_EVENTS = ("tool.observation", "tool.rejected")
 INTERRUPTED_REASON = "the process ended before the turn finished"
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_DIR_FD = bool(_NOFOLLOW) and os.open in os.supports_dir_fd
-
-
-class SessionError(Exception):
-    """A session cannot be used as asked; ``message`` is public, ``code`` stable."""
-
-    code = "session_error"
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-
-class SessionNotFound(SessionError, LookupError):
-    code = "session_not_found"
-
-
-class SessionBusy(SessionError):
-    code = "session_busy"
-
-
-class SessionCorrupt(SessionError):
-    code = "session_corrupt"
-
-
-class SessionFull(SessionError):
-    code = "session_full"
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def new_session_id() -> str:
-    # microseconds: sessions created in the same second still sort in the order they were made
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex
-
-
 #: a session's private settings (``SessionStore.remember``), in its artifacts folder
 SETTINGS_FILE = "settings.json"
-
-
-def file_name(session_id: str) -> str:
-    return f"session-{session_id}.jsonl"
-
-
-def _line(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8") + b"\n"
-
-
-# -- reading -------------------------------------------------------------------------------------
-
-
-@dataclass
-class TurnView:
-    """One turn as its records tell it. ``state``: ``finished``, ``interrupted`` or ``open`` (its
-    process may still be running it, or died and nobody has resumed the session yet)."""
-
-    number: int
-    message: str
-    state: str
-    started: dict[str, Any]
-    ended: dict[str, Any] | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    observations: list[Observation] = field(default_factory=list)
-
-    @property
-    def final(self) -> dict[str, Any] | None:
-        return (self.ended or {}).get("final")
-
-    @property
-    def stop_reason(self) -> str | None:
-        return (self.ended or {}).get("stop_reason")
-
-    @property
-    def question(self) -> str | None:
-        """``pack`` or ``follow_up`` (None for a turn recorded before turns said which)."""
-        return self.started.get("question")
-
-
-@dataclass
-class SessionLog:
-    """A session file as read: its good records in order, and what was skipped."""
-
-    id: str
-    records: list[dict[str, Any]]
-    size: int
-    #: lines that were not records (cut off by a crash, or damaged) and were skipped
-    skipped_lines: int = 0
-    #: byte offset just after the last good record: what a resumed session keeps
-    good_end: int = 0
-
-    @classmethod
-    def parse(cls, session_id: str, data: bytes) -> "SessionLog":
-        records: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        skipped = good_end = offset = 0
-        for raw in data.split(b"\n"):
-            end = offset + len(raw) + 1
-            whole = end <= len(data)  # the last piece has no newline: a record cut off mid-write
-            offset = end
-            if not raw.strip():
-                continue
-            record = _record(raw) if whole else None
-            if record is None or record["uuid"] in seen:
-                skipped += 1
-                continue
-            seen.add(record["uuid"])
-            records.append(record)
-            good_end = end
-        if not records or records[0].get("type") != "session_meta":
-            raise SessionCorrupt(f"session {session_id} has no readable session_meta record")
-        return cls(id=session_id, records=records, size=len(data), skipped_lines=skipped, good_end=good_end)
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return self.records[0]
-
-    @property
-    def last_uuid(self) -> str | None:
-        return self.records[-1]["uuid"] if self.records else None
-
-    def turns(self) -> list[TurnView]:
-        turns: dict[int, TurnView] = {}
-        for record in self.records:
-            kind, number = record.get("type"), record.get("turn")
-            if kind == "turn.started" and isinstance(number, int) and number not in turns:
-                turns[number] = TurnView(number=number, message=str(record.get("message", "")), state="open",
-                                         started=record)
-                continue
-            turn = turns.get(number) if isinstance(number, int) else None
-            if turn is None:
-                continue
-            if kind in ("turn.finished", "turn.interrupted") and turn.ended is None:
-                turn.ended, turn.state = record, "finished" if kind == "turn.finished" else "interrupted"
-            elif kind == "event" and isinstance(record.get("event"), dict):
-                turn.events.append(record["event"])
-                obs = _observation_of(record["event"])
-                if obs is not None:
-                    turn.observations.append(obs)
-            elif kind == "observation":
-                obs = _observation(record.get("observation"))
-                if obs is not None:
-                    turn.observations.append(obs)
-        return [turns[n] for n in sorted(turns)]
-
-    def observations(self) -> list[Observation]:
-        """Every Observation of the session, in the order recorded (each id once)."""
-        seen: dict[str, Observation] = {}
-        for turn in self.turns():
-            for obs in turn.observations:
-                seen.setdefault(obs.id, obs)
-        return list(seen.values())
-
-    def open_turn(self) -> int | None:
-        """The turn started and never finished or marked interrupted, if any."""
-        open_turns = [t.number for t in self.turns() if t.state == "open"]
-        return open_turns[-1] if open_turns else None
-
-    def next_turn(self) -> int:
-        return max((t.number for t in self.turns()), default=0) + 1
-
-    def compaction(self) -> dict[str, Any] | None:
-        """The latest ``compacted`` record: the conversation carried through its ``through_turn``."""
-        return next((r for r in reversed(self.records) if r.get("type") == "compacted"), None)
-
-    def summary(self) -> dict[str, Any]:
-        """The public list entry: id, created, turns, last message preview, size (no path)."""
-        turns = self.turns()
-        last = turns[-1] if turns else None
-        preview = last.message if last else ""
-        return {
-            "id": self.id,
-            "created_at": self.meta.get("created_at"),
-            "pack": self.meta.get("pack"),
-            "turns": len(turns),
-            "finished_turns": sum(1 for t in turns if t.state == "finished"),
-            "last_message": preview if len(preview) <= PREVIEW_CHARS else preview[:PREVIEW_CHARS - 1] + "…",
-            "last_state": last.state if last else None,
-            "updated_at": self.records[-1].get("at"),
-            "bytes": self.size,
-            "compactions": sum(1 for r in self.records if r.get("type") == "compacted"),
-        }
-
-
-def _record(raw: bytes) -> dict[str, Any] | None:
-    try:
-        record = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("uuid"), str) \
-            or not isinstance(record.get("type"), str):
-        return None
-    return record
-
-
-def _observation(value: Any) -> Observation | None:
-    try:
-        return Observation.model_validate(value)
-    except (ValueError, TypeError):
-        return None
-
-
-def _observation_of(event: dict[str, Any]) -> Observation | None:
-    return _observation(event.get("observation")) if event.get("type") in OBSERVATION_EVENTS else None
-
-
-# -- the folder ----------------------------------------------------------------------------------
-
-
-class _Folder:
-    """The sessions folder opened once; its files opened relative to it without following a link.
-
-    The folder itself is the operator's choice and may be a link. Without ``dir_fd`` (Windows) each
-    file is checked with ``lstat`` before it is opened instead.
-    """
-
-    def __init__(self, root: Path):
-        self.path = Path(root)
-        self.fd = os.open(self.path, os.O_RDONLY | _DIRECTORY | _CLOEXEC) if _DIR_FD else None
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def open(self, name: str, flags: int, mode: int = 0o600) -> int:
-        if self.fd is not None:
-            return os.open(name, flags | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
-        try:
-            if stat.S_ISLNK(os.lstat(self.path / name).st_mode):
-                raise OSError(errno.ELOOP, "a session file is a link")
-        except FileNotFoundError:
-            pass
-        return os.open(self.path / name, flags | getattr(os, "O_BINARY", 0), mode)
-
-    def stat(self, name: str) -> os.stat_result:
-        if self.fd is not None:
-            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-        return os.lstat(self.path / name)
-
-    def replace(self, src: str, dst: str) -> None:
-        if self.fd is not None:
-            os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        else:
-            os.replace(self.path / src, self.path / dst)
-
-    def unlink(self, name: str) -> None:
-        if self.fd is not None:
-            os.unlink(name, dir_fd=self.fd)
-        else:
-            os.unlink(self.path / name)
-
-    def sync(self) -> None:
-        """Make a rename in the folder durable (where the platform can)."""
-        if self.fd is not None:
-            try:
-                os.fsync(self.fd)
-            except OSError:  # some filesystems refuse fsync on a directory; the rename still happened
-                pass
-
-    def names(self) -> Iterator[str]:
-        with os.scandir(self.fd if self.fd is not None else self.path) as entries:
-            for entry in entries:
-                yield entry.name
-
-
-def _read_fd(fd: int, limit: int) -> bytes:
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a regular file")
-    if st.st_size > limit:
-        raise OSError(errno.EFBIG, "session file over its size limit")
-    chunks, offset = [], 0
-    while offset <= limit:
-        chunk = os.pread(fd, 1 << 20, offset) if hasattr(os, "pread") else _read_at(fd, offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-    data = b"".join(chunks)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, "session file grew past its size limit")
-    return data
-
-
-def _read_at(fd: int, offset: int) -> bytes:
-    os.lseek(fd, offset, os.SEEK_SET)
-    return os.read(fd, 1 << 20)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _lock(fd: int) -> bool:
@@ -445,13 +124,13 @@ class Session:
                 return None
             record = redact({"uuid": uuid.uuid4().hex, "parent_uuid": self.log.last_uuid, "type": kind,
                              "at": now(), **payload})
-            data = _line(record)
+            data = record_line(record)
             if len(data) > MAX_RECORD_BYTES:
                 record = {key: record[key] for key in ("uuid", "parent_uuid", "type", "at")}
                 record.update({k: payload[k] for k in ("turn",) if k in payload},
                               omitted=f"the record had {len(data)} bytes, more than {MAX_RECORD_BYTES}")
-                data = _line(record)
-            _write_all(self._fd, data)
+                data = record_line(record)
+            write_all(self._fd, data)
             self.log.records.append(record)
             self.log.size += len(data)
             self.log.good_end = self.log.size
@@ -476,7 +155,7 @@ class Session:
             if kind == "event" and isinstance(turn, int) and turn <= through_turn:
                 dropped += 1
                 event = record.get("event") if isinstance(record.get("event"), dict) else {}
-                if _observation_of(event) is not None:
+                if observation_of(event) is not None:
                     kept.append({"uuid": uuid.uuid4().hex, "parent_uuid": None, "type": "observation",
                                  "at": record.get("at"), "turn": turn, "observation": event["observation"]})
                 continue
@@ -498,14 +177,14 @@ class Session:
             for record in records:
                 linked.append({**record, "parent_uuid": parent})
                 parent = record["uuid"]
-            data = b"".join(_line(r) for r in linked)
+            data = b"".join(record_line(r) for r in linked)
             try:
                 folder.unlink(tmp)  # a leftover of a crash during an earlier rewrite
             except FileNotFoundError:
                 pass
             fd = folder.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL)
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
                 if not _lock(fd):
                     raise SessionBusy(f"session {self.id}: the rewritten file is locked by another process")
@@ -542,7 +221,7 @@ class SessionStore:
         self.max_session_bytes = max_session_bytes
         #: past this size a conversation compacts its session before the next turn
         self.compact_bytes = compact_bytes if compact_bytes is not None else max_session_bytes * 3 // 4
-        self._folder = _Folder(self.root)
+        self._folder = NoFollowFolder(self.root, file_mode=0o600)
         self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
 
     def close(self) -> None:
@@ -640,7 +319,7 @@ class SessionStore:
         """Ids of the session files in the folder, oldest first (links and other files ignored)."""
         found = []
         for name in self._folder.names():
-            match = _FILE.match(name)
+            match = FILE_NAME.match(name)
             if match:
                 try:
                     if stat.S_ISREG(self._folder.stat(name).st_mode):
@@ -690,34 +369,25 @@ class SessionStore:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         merged = {**(self.remembered(session_id) or {}), **settings}
         data = json.dumps(merged, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
+        # ``artifacts/`` is followed as the sessions folder is; the session's folder in it never is, nor the file
+        with NoFollowFolder(folder.parent, folder.name, file_mode=0o600) as private:
             temp = f".{SETTINGS_FILE}.{uuid.uuid4().hex[:8]}.tmp"
-            out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            out = private.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
-                _write_all(out, data)
+                write_all(out, data)
                 os.fsync(out)
             finally:
                 os.close(out)
-            os.rename(temp, SETTINGS_FILE, src_dir_fd=fd, dst_dir_fd=fd)
-        finally:
-            os.close(fd)
+            private.replace(temp, SETTINGS_FILE)
 
     def remembered(self, session_id: str) -> dict[str, Any] | None:
         """The settings ``remember`` kept for the session, None when none (or they cannot be read)."""
         folder = self.artifact_dir(session_id)
         try:
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            handle = os.open(SETTINGS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            with os.fdopen(handle, "rb") as stream:
-                value = json.loads(stream.read(1 << 20))
+            with NoFollowFolder(folder.parent, folder.name) as private:
+                value = json.loads(private.read(SETTINGS_FILE, 1 << 20))
         except (OSError, ValueError):
             return None
-        finally:
-            os.close(fd)
         return value if isinstance(value, dict) else None
 
     def artifact_dir(self, session_id: str) -> Path:
@@ -760,7 +430,7 @@ class SessionStore:
     def _read(self, fd: int) -> bytes:
         # A file somewhat past the cap (the turn records written after it) is still read.
         try:
-            return _read_fd(fd, self.max_session_bytes + 4 * MAX_RECORD_BYTES)
+            return read_fd(fd, self.max_session_bytes + 4 * MAX_RECORD_BYTES)
         except OSError as exc:
             code = errno.errorcode.get(exc.errno, "error")
             raise SessionCorrupt(f"the session file cannot be read ({code})") from None

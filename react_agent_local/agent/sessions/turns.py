@@ -12,7 +12,7 @@ note that states the new message. Everything the run emits is recorded as it hap
 A process killed inside a turn leaves it open; the next ``SessionStore.open`` marks it
 ``turn.interrupted`` and its Observations stay in the session. ``run_turn`` refuses a turn only
 before it starts: an empty or overlong message (``ValueError``) or a session at its size cap that
-compaction cannot shrink (``store.SessionFull``); once started, a turn always ends with
+compaction cannot shrink (``errors.SessionFull``); once started, a turn always ends with
 ``turn.finished`` (the runtime ends every run with ``run.finished``, whatever happened).
 
 Use (the runner's endpoints and ``react-agent chat`` do the same)::
@@ -60,7 +60,8 @@ from agent.contracts.trace import redact
 from agent.sessions.compaction import (
     SUMMARY_GIVEN_UP, Budget, Compaction, CompactionSettings, Context, build_context, compact
 )
-from agent.sessions.store import Session, SessionError, SessionFull
+from agent.sessions.errors import SessionError, SessionFull
+from agent.sessions.store import Session
 
 MAX_MESSAGE_CHARS = 2000  # a turn's message is its goal (contracts.TaskSpec.goal)
 NOTE = ("The user's next message, the task of this turn: {message} "

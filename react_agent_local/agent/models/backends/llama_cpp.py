@@ -9,28 +9,30 @@ speed instead of being sampled (``forced_tokens``). The runtime appends ``reques
 Generation stops at end-of-turn, at ``max_new_tokens``, as soon as the text is one complete JSON
 value, or at the request's deadline/cancel (checked between prompt chunks and between tokens).
 
-The context starts at ``INITIAL_N_CTX`` tokens and grows (``_fit``) up to ``n_ctx`` as the tokens
-evaluated need: before a prompt's prefill and before each batch of a generation, never for the
-tokens a generation only may write.
+The context starts at ``INITIAL_N_CTX`` tokens and grows (``llama_cpp_context.grow``) up to ``n_ctx``
+as the tokens evaluated need: before a prompt's prefill and before each batch of a generation, never
+for the tokens a generation only may write.
 
 KV reuse: llama-cpp-python keeps the tokens it evaluated last; the prompt prefix shared with them is
 not evaluated again and is reported as ``cached_tokens``. A fresh process restores the state of the
 system message (the same for every run with the same tools) from ``prefix_cache`` instead of
 evaluating it; those tokens are reported as ``restored_tokens`` (and counted in ``cached_tokens``).
 
+Drafts (``request.drafts``, the evidence the model is expected to copy) are verified several tokens
+a batch (``llama_cpp_draft``); the context's state, kept across an aside, moved when the context grows
+and saved to the prefix cache, is ``llama_cpp_context``.
+
 A grammar that fails to compile is never applied: that request runs unconstrained and
 ``grammar_failures`` counts it (the runtime validates every value anyway). The grammar is applied
-lazily (see ``_Sampler``): a token is sampled from the model's own distribution first and only
-checked; the mask over the whole vocabulary is applied only when that token is not allowed.
+lazily (``llama_cpp_sampler.Sampler``): a token is sampled from the model's own distribution first
+and only checked; the mask over the whole vocabulary is applied only when that token is not allowed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,8 +41,10 @@ from typing import Any
 from agent.models.model_policy import (
     CODE_FENCE_END, ContinuationPolicy, Generation, ModelDescription, ModelRequest, ModelUnavailable
 )
-from agent.util.paths import user_cache
 from agent.models.backends.base import INSTALL_HINTS, ContextOverflow, code_block_end, complete_json_end
+from agent.models.backends.llama_cpp_context import Kept, grow, reinstate, restore_prefix, save_prefix, snapshot
+from agent.models.backends.llama_cpp_draft import Drafter, decode_batch, truncate
+from agent.models.backends.llama_cpp_sampler import Sampler
 from agent.models.backends.locate import ModelLocation
 from agent.models.backends.prefix_cache import PrefixCache, default_directory, model_identity
 
@@ -50,12 +54,6 @@ DEFAULT_N_CTX = 8192
 #: grows when a prompt needs more (``LlamaCppPolicy._fit``) holds for a short run a quarter of the
 #: 8192 tokens' cache (the 0.5B's 72 MiB, the 1.5B's 171 MiB).
 INITIAL_N_CTX = 2048
-#: A context that must grow is made large enough for the tokens about to be evaluated and
-#: ``GROW_AHEAD`` more, rounded up to ``GROW_STEP``. Grown for a generation's whole ``max_new_tokens``
-#: and doubled, the 0.5B's default run read a 2048-token prompt into a 4096-token context to write 48
-#: tokens (the KV cache and the attention buffers of the unused half: 21 MiB of its 678 MiB peak).
-GROW_AHEAD = 256
-GROW_STEP = 512
 PREFILL_CHUNK = 128  # prompt tokens per decode call; deadline/cancel is checked between chunks
 #: The largest batch a decode call takes: a prefill chunk, or a sampled token with the tokens the
 #: grammar forces after it and a draft (kept under half of it). llama.cpp sizes its compute buffers by it.
@@ -136,8 +134,8 @@ class LlamaCppPolicy(ContinuationPolicy):
 
         device, dtype = resolve_device_dtype(device, dtype)
         self._lock = threading.Lock()
-        #: the last aside's evaluated prompt (``_snapshot``): the next aside may share it (``generate``)
-        self._aside: tuple[list[int], Any, int] | None = None
+        #: the last aside's evaluated prompt (``snapshot``): the next aside may share it (``generate``)
+        self._aside: Kept | None = None
         self.n_threads = n_threads or physical_cores()
         self.restored_tokens = 0  # prompt tokens restored from the prefix cache in this process
         started = time.perf_counter()
@@ -235,42 +233,17 @@ class LlamaCppPolicy(ContinuationPolicy):
                 if generation.input_tokens:
                     self._aside = None  # the conversation went on: a later aside starts afresh
                 return generation
-            kept = self._snapshot()
+            kept = snapshot(self._llm, self._llama_cpp)
             try:
                 # Asides in a row share their prompt (a step's code turn drawn again, the next step's
                 # with its own failure: ``version_trials.py``): the last one's state goes back in first,
                 # so only what differs is evaluated.
                 if self._aside is not None:
-                    self._reinstate(self._aside)
+                    reinstate(self._llm, self._llama_cpp, self._aside)
                 return self._generate(request)
             finally:
-                self._aside = self._snapshot()
-                self._reinstate(kept)
-
-    def _snapshot(self) -> tuple[list[int], Any, int] | None:
-        """The evaluated conversation (its tokens and the context's state), to keep across an aside.
-        The state stays in the one buffer llama.cpp wrote it to (a long conversation's state is
-        ~100 MB on the 1.5B: converting it would hold it twice, or, sliced, as a list of ints)."""
-        llm, lc = self._llm, self._llama_cpp
-        size = lc.llama_state_get_size(llm._ctx.ctx)
-        buffer = (ctypes.c_uint8 * size)()
-        written = lc.llama_state_get_data(llm._ctx.ctx, buffer, size)
-        if not 0 < written <= size:
-            return None
-        return list(llm.input_ids[: llm.n_tokens]), buffer, written
-
-    def _reinstate(self, kept: tuple[list[int], Any, int] | None) -> None:
-        """Put back what ``_snapshot`` kept; when it cannot, the cache is emptied (the next prompt is
-        evaluated in full: slower, never a wrong state)."""
-        llm, lc = self._llm, self._llama_cpp
-        if kept is not None:
-            tokens, buffer, size = kept
-            if lc.llama_state_set_data(llm._ctx.ctx, buffer, size) == size:
-                llm.input_ids[:len(tokens)] = tokens
-                llm.n_tokens = len(tokens)
-                return
-        llm.reset()
-        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+                self._aside = snapshot(self._llm, self._llama_cpp)
+                reinstate(self._llm, self._llama_cpp, kept)
 
     def _generate(self, request: ModelRequest) -> Generation:
         started = time.perf_counter()
@@ -322,7 +295,8 @@ class LlamaCppPolicy(ContinuationPolicy):
         static = self.static_prefix(request, tokens) if self._prefix_cache is not None else 0
         static = static if static > cached else 0
         if static:
-            restored = self._restore(tokens, static, cached)
+            restored = restore_prefix(llm, self._llama_cpp, self._prefix_cache, tokens, static, cached)
+            self.restored_tokens += restored
             cached = restored or cached
             static = 0 if restored else static
         stops = sorted({static, len(tokens) - 1} - {0})
@@ -335,14 +309,14 @@ class LlamaCppPolicy(ContinuationPolicy):
                 llm.eval(tokens[begin: min(begin + PREFILL_CHUNK, stop)])
             begin = max(begin, stop)
             if stop == static:
-                self._save(tokens[:static])
+                save_prefix(llm, self._llama_cpp, self._prefix_cache, tokens[:static])
         prefill_ms = (time.perf_counter() - prefill_started) * 1000
 
         reason = request.should_stop()
         if reason:
             return done("", reason, cached, prefill_ms)
-        sampler = _Sampler(self._llama_cpp, llm, matcher, request, self._is_eog)
-        drafter = _Drafter([self._tokenize_text(d) for d in request.drafts])
+        sampler = Sampler(self._llama_cpp, llm, matcher, request, self._is_eog)
+        drafter = Drafter([self._tokenize_text(d) for d in request.drafts])
         text, finish = "", None
 
         def take(new: list[int]) -> str | None:
@@ -378,7 +352,7 @@ class LlamaCppPolicy(ContinuationPolicy):
                 draft = drafter.propose(matcher, budget - len(out) - 1)
                 self._fit(llm.n_tokens + len(pending) + len(draft))
                 base = llm.n_tokens
-                _decode(llm, pending + draft, logits_from=len(pending) - 1)
+                decode_batch(llm, pending + draft, logits_from=len(pending) - 1)
                 # ``j``: the draft tokens kept so far, each sampled or forced where the draft has it
                 j, kept, after = 0, 0, []
                 while j <= len(draft):
@@ -402,7 +376,7 @@ class LlamaCppPolicy(ContinuationPolicy):
                         break
                     j = kept
                 # the KV cache keeps the prompt, what was pending and the draft as far as it was kept
-                _truncate(llm, base + len(pending) + kept)
+                truncate(llm, base + len(pending) + kept)
                 pending = after
         finally:
             sampler.close()
@@ -424,85 +398,8 @@ class LlamaCppPolicy(ContinuationPolicy):
         return end
 
     def _fit(self, need: int) -> None:
-        """Make the context hold ``need`` tokens: when it is smaller, a context of ``need`` and
-        ``GROW_AHEAD`` tokens (rounded up to ``GROW_STEP``, at most ``n_ctx``) takes its place, with the
-        evaluated conversation's state moved into it (llama.cpp's state holds the cells in use, whatever
-        the context's size). The generation's sampler reads the context anew at each token."""
-        llm = self._llm
-        size = llm.n_ctx()
-        if need <= size:
-            return
-        import numpy as np
-        from llama_cpp import _internals
-
-        grown = min(self.n_ctx, -(-(need + GROW_AHEAD) // GROW_STEP) * GROW_STEP)
-        with _parking() as parked:
-            # The state waits in a file, not in memory: held in memory beside the old context it was the
-            # 0.5B's default run's peak (+15 MiB, the state of 2048 tokens).
-            moved = parked is not None and llm.n_tokens > 0 and self._park_state(parked)
-            kept = self._snapshot() if llm.n_tokens and not moved else None
-            llm._ctx.close()  # before the larger one is made: the two caches are never resident together
-            llm.context_params.n_ctx = grown
-            llm._ctx = llm._stack.enter_context(contextlib.closing(
-                _internals.LlamaContext(model=llm._model, params=llm.context_params, verbose=False)))
-            llm._n_ctx = llm._ctx.n_ctx()
-            input_ids = np.zeros(llm._n_ctx, dtype=np.intc)
-            n = llm.n_tokens
-            input_ids[:n] = llm.input_ids[:n]
-            llm.input_ids = input_ids
-            if not moved:
-                self._reinstate(kept)
-            elif not self._unpark_state(parked, input_ids[:n]):
-                self._reinstate(None)  # the file did not read back: the next prompt is evaluated in full
-
-    def _park_state(self, path: Path) -> bool:
-        """Write the context's state and its tokens to ``path`` (llama.cpp streams it tensor by tensor)."""
-        llm, lc = self._llm, self._llama_cpp
-        n = llm.n_tokens
-        tokens = (lc.llama_token * n)(*llm.input_ids[:n])
-        return bool(lc.llama_state_save_file(llm._ctx.ctx, os.fsencode(path), tokens, n))
-
-    def _unpark_state(self, path: Path, expected: Any) -> bool:
-        """Read back what ``_park_state`` wrote; False unless it holds exactly the ``expected`` tokens."""
-        llm, lc = self._llm, self._llama_cpp
-        n = len(expected)
-        tokens = (lc.llama_token * max(1, n))()
-        count = ctypes.c_size_t(0)
-        if not lc.llama_state_load_file(llm._ctx.ctx, os.fsencode(path), tokens, n, ctypes.byref(count)):
-            return False
-        if count.value != n or list(tokens[:n]) != [int(t) for t in expected]:
-            return False
-        llm.n_tokens = n
-        return True
-
-    def _restore(self, tokens: list[int], static: int, cached: int = 0) -> int:
-        """Load the saved state of the longest saved prefix (at most the static part) when it is longer
-        than the ``cached`` tokens the KV cache holds of ``tokens``; its length (0: nothing loaded)."""
-        saved = self._prefix_cache.lookup(tokens, limit=static)
-        if saved is None or len(saved.tokens) <= cached:
-            return 0
-        llm, lc = self._llm, self._llama_cpp
-        # llama.cpp reads the state where the file's bytes already are (a copy would be a second state)
-        source = ctypes.cast(ctypes.c_char_p(saved.state), ctypes.POINTER(ctypes.c_uint8))
-        if lc.llama_state_set_data(llm._ctx.ctx, source, len(saved.state)) != len(saved.state):
-            llm.reset()  # refused: whatever it left in the cache is cleared and the prompt evaluated
-            llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-            return 0
-        n = len(saved.tokens)
-        llm.input_ids[:n] = saved.tokens
-        llm.n_tokens = n
-        self.restored_tokens += n
-        return n
-
-    def _save(self, prefix: list[int]) -> None:
-        llm, lc = self._llm, self._llama_cpp
-        size = lc.llama_state_get_size(llm._ctx.ctx)
-        buffer = (ctypes.c_uint8 * size)()
-        written = lc.llama_state_get_data(llm._ctx.ctx, buffer, size)
-        if 0 < written <= size:
-            # string_at copies the bytes once; slicing a ctypes array builds a list of Python ints
-            # (8 bytes a byte: a 45 MiB peak for the 0.5B's 6 MB state)
-            self._prefix_cache.store(prefix, ctypes.string_at(buffer, written))
+        """Make the context hold ``need`` tokens, grown up to ``n_ctx`` (``llama_cpp_context.grow``)."""
+        grow(self._llm, self._llama_cpp, need, self.n_ctx)
 
     def close(self) -> None:
         with self._lock:
@@ -511,129 +408,6 @@ class LlamaCppPolicy(ContinuationPolicy):
                 llm.close()
                 self._llm = None
             self._aside = None
-
-
-class _Sampler:
-    """Greedy (temperature 0) or temperature/top-k/top-p sampling, with the grammar applied lazily.
-
-    The stages run in transformers' order (temperature first, then top-k and top-p), so
-    ``top_p``/``top_k`` mean what they mean in a model's ``generation_config.json``.
-
-    The token is first sampled from the model's own distribution and only checked against the
-    grammar; the grammar's mask is applied to all ~150k logits (and the token sampled again) only
-    when that token is not allowed. Both ways draw from the same masked distribution. Every token
-    accepted is one the grammar allows; an end-of-turn token ends the value only where the grammar
-    could end it.
-    """
-
-    def __init__(self, lc: Any, llm: Any, matcher: Any, request: ModelRequest, is_eog: Any):
-        import random
-
-        from llama_cpp._internals import LlamaTokenDataArray
-
-        self.lc, self.llm, self.n_vocab = lc, llm, llm.n_vocab()
-        self.matcher, self.is_eog = matcher, is_eog
-        self.chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-        if request.temperature > 0:
-            seed = request.seed if request.seed is not None else random.getrandbits(32)
-            for stage in (lc.llama_sampler_init_temp(request.temperature), lc.llama_sampler_init_top_k(request.top_k),
-                          lc.llama_sampler_init_top_p(request.top_p, 1), lc.llama_sampler_init_dist(seed)):
-                lc.llama_sampler_chain_add(self.chain, stage)
-        else:
-            lc.llama_sampler_chain_add(self.chain, lc.llama_sampler_init_greedy())
-        self.full = LlamaTokenDataArray(n_vocab=self.n_vocab) if matcher is not None else None
-        self.resampled = 0
-
-    def sample(self, row: int = -1) -> int | None:
-        """The next token from the logits of the last batch's ``row``, or None when the grammar
-        allows nothing (a dead end)."""
-        lc = self.lc
-        ctx = self.llm._ctx.ctx  # the context now: a generation may grow it (``LlamaCppPolicy._fit``)
-        token = int(lc.llama_sampler_sample(self.chain, ctx, row))
-        if self.matcher is None:
-            return token
-        if self.is_eog(token) and self.matcher.accepting:
-            return token
-        if not self.matcher.allows(token):
-            import numpy as np
-
-            self.resampled += 1
-            mask = self.matcher.allowed_mask(self.n_vocab)
-            if not mask.any():
-                return None
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, row), shape=(self.n_vocab,)).copy()
-            logits[~mask] = -np.inf
-            self.full.copy_logits(logits)
-            self.full.candidates.selected = -1
-            lc.llama_sampler_apply(self.chain, ctypes.byref(self.full.candidates))
-            chosen = int(self.full.candidates.selected)
-            if not 0 <= chosen < int(self.full.candidates.size):
-                return None
-            token = int(self.full.candidates_data.id[chosen])
-            if not np.isfinite(self.full.candidates_data.logit[chosen]) or not self.matcher.allows(token):
-                return None
-        self.matcher.accept(token)
-        return token
-
-    def close(self) -> None:
-        if self.chain:
-            self.lc.llama_sampler_free(self.chain)
-        self.chain = None
-
-
-#: Tokens proposed per draft: a batch of 1 + 8 costs the 1.5B ~2.3 single-token decodes on 2 cores
-#: and a draft of the evidence the model copies mostly holds. (Drafts looked up in the prompt itself,
-#: prompt-lookup decoding, held too rarely here to pay for their batches: measured and left out.)
-DRAFT_TOKENS = 8
-
-
-class _Drafter:
-    """Proposes the tokens that may come next: where the last few tokens written occur in one of the
-    request's drafts (the evidence the model is expected to copy), the tokens after them there."""
-
-    def __init__(self, drafts: list[list[int]]):
-        self.drafts = [d for d in drafts if d]
-        self._next: dict[tuple[int, ...], tuple[int, int]] = {}
-        for k, seq in enumerate(self.drafts):
-            for n in (1, 2, 3):
-                for i in range(len(seq) - n):
-                    self._next.setdefault(tuple(seq[i:i + n]), (k, i + n))
-        self.written: list[int] = []
-
-    def propose(self, matcher: Any, limit: int) -> list[int]:
-        """A draft of at most ``limit`` tokens that the grammar (if any) admits; may be empty."""
-        if not self._next:
-            return []
-        draft: list[int] = []
-        for n in (3, 2, 1):
-            hit = self._next.get(tuple(self.written[-n:])) if len(self.written) >= n else None
-            if hit is not None:
-                k, at = hit
-                draft = self.drafts[k][at:at + min(DRAFT_TOKENS, limit)]
-                break
-        if draft and matcher is not None:
-            draft = draft[:matcher.valid_prefix(draft)]
-        return draft
-
-
-def _decode(llm: Any, batch: list[int], logits_from: int) -> None:
-    """Evaluate ``batch`` after the tokens in the KV cache, with logits for every position from
-    ``logits_from`` on (``Llama.eval`` keeps only the last one)."""
-    n_past = llm.n_tokens
-    llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
-    llm._batch.set_batch(batch=batch, n_past=n_past, logits_all=False)
-    for i in range(max(0, logits_from), len(batch)):
-        llm._batch.batch.logits[i] = True
-    llm._ctx.decode(llm._batch)
-    llm.input_ids[n_past:n_past + len(batch)] = batch
-    llm.n_tokens = n_past + len(batch)
-
-
-def _truncate(llm: Any, keep: int) -> None:
-    """Forget the KV cache after its first ``keep`` tokens (a draft that was not kept)."""
-    if keep < llm.n_tokens:
-        llm._ctx.kv_cache_seq_rm(-1, keep, -1)
-        llm.n_tokens = keep
 
 
 def _open_prefix_cache(lc: Any, llm: Any, path: Path, n_ctx: int) -> PrefixCache | None:
@@ -649,30 +423,6 @@ def _open_prefix_cache(lc: Any, llm: Any, path: Path, n_ctx: int) -> PrefixCache
     key = json_key(model=identity, llama_cpp=getattr(lc, "__version__", "?"), build=build,
                    n_ctx=n_ctx, n_batch=llm.n_batch, type_k=KV_TYPE_K)
     return PrefixCache(directory, key)
-
-
-def scratch_folder() -> Path:
-    """Where a context's state waits while the context is made anew (``_parking``)."""
-    return user_cache("scratch")
-
-
-@contextlib.contextmanager
-def _parking():
-    """A private file for a context's state while the context is made anew (None where no folder of the
-    user's cache can hold it: the state then waits in memory). Removed afterwards, whatever happened."""
-    folder = scratch_folder()
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handle, name = tempfile.mkstemp(prefix="kv-", suffix=".state", dir=folder)
-    except OSError:
-        yield None
-        return
-    os.close(handle)
-    try:
-        yield Path(name)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
 
 
 def _return_freed_memory() -> None:
