@@ -52,10 +52,13 @@ from agent.runner.requests import RunRequest, _legacy_model
 from agent.contracts.result import RunResult
 from agent.contracts.decision import ToolErrorInfo
 from agent.runner.job_store import JobNotFound, JobStore, QueueFull, RunFunction
-from agent.runner.jobs.run_folder import ARTIFACT_ID, MAX_ARTIFACT_BYTES, RUN_ID, NoFollowFolder
+from agent.runner.jobs.run_folder import ARTIFACT_ID, MAX_ARTIFACT_BYTES, RUN_ID
+from agent.util.no_follow import NoFollowFolder
 from agent.task.packs import PackError, load_pack
 from agent.runner.routes.errors import ApiError
-from agent.sessions.store import OBSERVATION_EVENTS, Session, SessionError, SessionNotFound, SessionStore
+from agent.sessions.records import OBSERVATION_EVENTS
+from agent.sessions.errors import SessionError, SessionNotFound
+from agent.sessions.store import Session, SessionStore
 from agent.sessions.turns import MAX_MESSAGE_CHARS, UNRECORDED_EVENTS
 from agent.tools import ToolRegistry
 
@@ -357,7 +360,7 @@ def _import_run(session: Session, run: dict[str, Any]) -> None:
 
 class _ArtifactCopy:
     """Copies a turn's PNG from the session's artifacts into the job's, both opened without following
-    a link below the runs folder (``jobs.run_folder.NoFollowFolder``), so ``GET /agent/runs/{id}/artifacts/..``
+    a link below the runs folder (``util.no_follow.NoFollowFolder``), so ``GET /agent/runs/{id}/artifacts/..``
     finds it."""
 
     def __init__(self, runs_dir: Path, source: Path, target: Path):

@@ -45,7 +45,6 @@ from agent.sessions.records import (
     FILE_NAME, FORMAT, MAX_RECORD_BYTES, SESSION_ID, SessionLog, file_name, new_session_id, now, observation_of,
     record_line,
 )
-from agent.sessions.records import OBSERVATION_EVENTS  # noqa: F401 -- re-exported for runner/session_routes.py
 from agent.task.packs import DEFAULT_RUNS_DIR
 from agent.util.no_follow import NoFollowFolder, read_fd, write_all
 
