@@ -88,15 +88,31 @@ class GoalTask:
         return "\n".join(lines)
 
 
-def reproduce(root: Path, command: str, *, allow_unsandboxed: bool = False,
+def reproduce(root: Path, command: str, *, protected: tuple[str, ...] = (), allow_unsandboxed: bool = False,
               seconds: float = REPRODUCE_SECONDS) -> tuple[int | None, str]:
-    """(exit code, stdout + stderr) of one run of ``command`` in the workspace's sandbox (no network)."""
-    from agent.coding.tools.shell import BASH, COMMAND_ENV, MAX_OUTPUT_BYTES
-    from agent.coding.workspace import Workspace, sandbox_for
+    """(exit code, stdout + stderr) of one run of ``command`` in the workspace's sandbox (no network),
+    with the ``protected`` paths read-only and whatever git entry the run plants removed after it.
 
-    sandbox = sandbox_for(Workspace(root=root, allow_unsandboxed=allow_unsandboxed))
-    result = sandbox.run([BASH, "--noprofile", "--norc", "-c", command], cwd=".", timeout_s=seconds, stdin=b"",
-                         env=dict(COMMAND_ENV), max_output_bytes=MAX_OUTPUT_BYTES)
+    The command may come from the goal's own words (a request's): it runs before any approval can be
+    asked, so it runs only where the grader would let a run with nobody to ask run it (read-only or
+    workspace writes); GoalRefused otherwise."""
+    from agent.coding.tools.shell import BASH, MAX_OUTPUT_BYTES, TEST_ENV
+    from agent.coding.workspace import Workspace, remove_planted_git, sandbox_for
+    from agent.shell_risk import ApprovalPolicy, decide, grade_command
+    from agent.shell_risk.grader import printable
+
+    grade = grade_command(command, workspace=str(root))
+    if decide(grade, ApprovalPolicy(mode="never_ask")) != "run":
+        raise GoalRefused("test_command_refused",
+                          f"the test command `{printable(command)[:200]}` is not one a run may start unasked "
+                          f"({grade.level}: {grade.reason[:200]}); name a plain test command")
+    workspace = Workspace(root=root, protected=tuple(protected), allow_unsandboxed=allow_unsandboxed)
+    sandbox = sandbox_for(workspace)
+    try:
+        result = sandbox.run([BASH, "--noprofile", "--norc", "-c", command], cwd=".", timeout_s=seconds, stdin=b"",
+                             env=dict(TEST_ENV), max_output_bytes=MAX_OUTPUT_BYTES)
+    finally:
+        remove_planted_git(workspace)
     text = (result.stdout or b"").decode("utf-8", "replace") + "\n" + (result.stderr or b"").decode("utf-8", "replace")
     return (None if result.timed_out else result.exit_code), text
 
@@ -159,7 +175,7 @@ def prepare_goal(root: Path, goal: str, task_dir: Path, *, protect: tuple[str, .
                                              "or test files, and the goal names no command (write it in backticks, "
                                              "e.g. `python -m pytest`)")
     protected = protected_paths(root, goal, protect)
-    code, output = reproduce(root, command.command, allow_unsandboxed=allow_unsandboxed)
+    code, output = reproduce(root, command.command, protected=tuple(protected), allow_unsandboxed=allow_unsandboxed)
     passing = code == 0
     found = localise(output, root) if not passing else localise("", root)
     task = goal_task_spec(goal, command, found, passing=passing, protected=protected, root=root)
