@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.gate.claims import bound_slots, claim_problems, latest_of, resolve_checks
+from agent.contracts.decision import latest_ok as latest_of
+from agent.gate.claims import bound_slots, claim_problems, resolve_checks
 from agent.contracts.task import AnswerGuide
 from agent.contracts.decision import Observation
 from agent.task.packs import TaskPack, load_pack
