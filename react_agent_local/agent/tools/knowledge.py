@@ -72,6 +72,7 @@ from agent.task.tables import (
 )
 from agent.tools.base import StrictArgs, Tool, ToolError
 from agent.tools.records import RULE_KEYS, RecordError, extract_records, read_records, release_rule_keys
+from agent.util.number_text import exact_text, short_text
 
 CHUNK_CHARS = 600
 _CACHE_LIMIT = 8
@@ -305,7 +306,7 @@ def _table_chunks(tables: list[Table], sources: list[_SourceFile]) -> list[Chunk
             continue
         counts[table.source] = counts.get(table.source, 0) + 1
         lines = [f"# {table.title}", " | ".join(_column_label(c) for c in table.columns)]
-        lines += [" | ".join("" if v is None else _exact(v) if not isinstance(v, str) else v for v in row)
+        lines += [" | ".join("" if v is None else exact_text(v) if not isinstance(v, str) else v for v in row)
                   for row in table.rows]
         chunks.append(Chunk(table.source, f"{table.source}#{counts[table.source]}", "\n".join(lines),
                             digest[table.source]))
@@ -389,12 +390,6 @@ def load_index(knowledge_dir: Path) -> KnowledgeIndex:
 # --------------------------------------------------------------------------------------------
 
 
-def render_number(value: int | float) -> str:
-    """A number as the rendered result writes it (``78.5``); an answer guide that forces an expression
-    over the observed values writes them the same way (``families/release_rule/guide.py``)."""
-    return str(value) if isinstance(value, int) else f"{value:g}"
-
-
 def lowest_group(batches: dict[str, int | float]) -> tuple[str, int | float]:
     """The group with the lowest value, as the rendered result states it."""
     label = min(batches, key=lambda k: batches[k])  # the first of equal minima, in document order
@@ -412,13 +407,13 @@ def _summary(data: dict[str, Any], returned: int, records: dict[str, dict[str, A
     if not data:
         return f"no evaluation record could be read; top {returned} chunks"
     batches = data["batches"]
-    shown = ", ".join(f"{k}={render_number(v)}" for k, v in list(batches.items())[:10])
+    shown = ", ".join(f"{k}={short_text(v)}" for k, v in list(batches.items())[:10])
     if len(batches) > 10:
         shown += ", ..."
     rule = data["release_rule"]
     return (
-        f"{len(batches)} batches ({shown}); release rule: average >= {render_number(rule['average_gte'])} "
-        f"and every batch >= {render_number(rule['every_batch_gte'])}; top {returned} chunks"
+        f"{len(batches)} batches ({shown}); release rule: average >= {short_text(rule['average_gte'])} "
+        f"and every batch >= {short_text(rule['every_batch_gte'])}; top {returned} chunks"
     )
 
 
@@ -542,13 +537,13 @@ def _render(result: dict[str, Any]) -> str:
             return render_tables(tables) + (f" || chunks: {excerpts}" if excerpts else "") + f"; citations: {cited}"
         error = (result.get("data_error") or {}).get("message", "no record found")
         return f"no structured data ({error}); chunks: {excerpts}"
-    text = f"{len(batches)} groups: " + ", ".join(f"{k} = {render_number(v)}" for k, v in batches.items())
+    text = f"{len(batches)} groups: " + ", ".join(f"{k} = {short_text(v)}" for k, v in batches.items())
     if batches:
         label, value = lowest_group(batches)
-        text += f"; lowest value: {label} = {render_number(value)}"
+        text += f"; lowest value: {label} = {short_text(value)}"
     if rule:
-        text += (f"; release rule: average >= {render_number(rule['average_gte'])} (average_gte) and every group "
-                 f">= {render_number(rule['every_batch_gte'])} (every_batch_gte)")
+        text += (f"; release rule: average >= {short_text(rule['average_gte'])} (average_gte) and every group "
+                 f">= {short_text(rule['every_batch_gte'])} (every_batch_gte)")
     return text + f"; citations: {cited}"
 
 
@@ -561,7 +556,7 @@ def _column_label(column: Any) -> str:
 def _cell_text(value: Any) -> str:
     if value is None:
         return "-"
-    return value if isinstance(value, str) else _exact(value)
+    return value if isinstance(value, str) else exact_text(value)
 
 
 PROSE_RENDER_CHARS = 1200
@@ -588,11 +583,6 @@ def render_tables(views: list[dict[str, Any]]) -> str:
     return " || ".join(parts)
 
 
-def _exact(value: int | float) -> str:
-    """A record's number as the model should copy it: every digit (``1234567.5``, not ``1.23457e+06``)."""
-    return str(value) if isinstance(value, int) else repr(value)
-
-
 def _render_records(records: dict[str, dict[str, Any]]) -> str:
     """Each record as a line: its key and file, the value column, the groups with the lowest and the
     highest stated outright (as for the release rule), and its rules by the names checks use; with
@@ -601,12 +591,12 @@ def _render_records(records: dict[str, dict[str, Any]]) -> str:
     for key, record in records.items():
         values = record.get("values") or {}
         text = (f"record {key} ({record.get('source_id')}): {record.get('value_column')} of {len(values)} groups: "
-                + ", ".join(f"{k} = {_exact(v)}" for k, v in values.items()))
+                + ", ".join(f"{k} = {exact_text(v)}" for k, v in values.items()))
         if values:
             low, high = lowest_group(values), max(values, key=lambda k: values[k])
-            text += f"; lowest: {low[0]} = {_exact(low[1])}; highest: {high} = {_exact(values[high])}"
+            text += f"; lowest: {low[0]} = {exact_text(low[1])}; highest: {high} = {exact_text(values[high])}"
         rules = record.get("rules") or {}
-        text += "; rules: " + (", ".join(f"{k} = {_exact(v)}" for k, v in rules.items()) if rules else "none")
+        text += "; rules: " + (", ".join(f"{k} = {exact_text(v)}" for k, v in rules.items()) if rules else "none")
         others = [c for c in record.get("columns") or {} if c != record.get("value_column")]
         if others:
             text += "; other columns: " + ", ".join(others)
@@ -615,7 +605,7 @@ def _render_records(records: dict[str, dict[str, Any]]) -> str:
               if all(g in (r.get("values") or {}) for r in records.values())] if len(records) > 1 else []
     if shared:  # one group's values side by side: a change across records reads off one place
         parts.append("by group, in record order (" + " -> ".join(records) + "): " + "; ".join(
-            f"{g} " + " -> ".join(_exact(r["values"][g]) for r in records.values()) for g in shared))
+            f"{g} " + " -> ".join(exact_text(r["values"][g]) for r in records.values()) for g in shared))
     return " | ".join(parts)
 
 

@@ -19,7 +19,8 @@ import re
 from typing import Any, Mapping
 
 from agent.contracts.decision import Observation
-from agent.tools.knowledge import lowest_group, render_number
+from agent.tools.knowledge import lowest_group
+from agent.util.number_text import short_text
 
 _FORMS = {
     "en": ("The average is {number} and the lowest value is {number}. "
@@ -98,8 +99,9 @@ def _mean_pattern(batches: dict[str, int | float]) -> str:
     """The average's expression: the observed values in the order observed, summed in parentheses
     and divided by their count, in the one layout models write (``(72 + 78) / 2``). Asked again, the
     model has nothing left to choose, so every token is forced and evaluated at prompt speed instead
-    of sampled one at a time: optional spaces would leave each one a choice."""
-    values = r" \+ ".join(re.escape(render_number(v)) for v in batches.values())
+    of sampled one at a time: optional spaces would leave each one a choice. Each value is written as
+    the knowledge search's rendered record shows it (``short_text``), which is what the model copies."""
+    values = r" \+ ".join(re.escape(short_text(v)) for v in batches.values())
     return rf"^\({values}\) / {len(batches)}$"
 
 
