@@ -17,12 +17,13 @@ from agent.cli.main import main
 from agent.contracts.budgets import Budgets, Sampling
 from agent.contracts.decision import FinalDecision, Observation
 from agent.contracts.result import RunResult
-from agent.families.release_rule.generator import CASES, OPTIONS, draw_specs, fmt, generate_packs
+from agent.families.release_rule.generator import CASES, OPTIONS, draw_specs, generate_packs
 from agent.families.release_rule.grading import grade_expected, verdict_case
 from agent.evaluation.report import build_report, quantile, to_markdown, wilson_interval, write_chart
 from agent.evaluation.suite import EvalRun, resolve_packs, run_suite
 from agent.models.model_policy import ModelRequest
 from agent.task.packs import TaskPack, load_pack
+from agent.util.number_text import number_text as fmt
 from runtime_helpers import run_scripted
 from test_general_core import ratio_outputs
 

@@ -28,7 +28,7 @@ from agent.families import FAMILIES, generator
 from agent.families import grade_run as family_grade
 from agent.families.fact_arithmetic.grading import right_result
 from agent.families.interest.grading import right_value
-from agent.families.packkit import fmt, number, rounded, text_of
+from agent.families.packkit import number, rounded, text_of
 from agent.families.record_change.generator import NEGATIVE as CHANGE_NO
 from agent.families.record_change.generator import POSITIVE as CHANGE_YES
 from agent.families.record_change.grading import right_change
@@ -38,6 +38,7 @@ from agent.models.model_policy import ModelRequest
 from agent.task.packs import TaskPack
 from agent.tools.facts import load_facts
 from agent.tools.knowledge import search_knowledge
+from agent.util.number_text import number_text as fmt
 
 NEW = ("record_rules", "record_change", "fact_arithmetic", "interest")
 SETTINGS = {"packs": "generated", "pack_count": 1, "runs": 1, "seed": 0, "temperature": 0.0, "top_p": 0.8,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.records import RecordError, extract_records
+from agent.families.release_rule.record import read as extract_records
+from agent.tools.records import RecordError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 RECORDS = Path(__file__).resolve().parent / "records"

@@ -15,12 +15,14 @@ A family's package has ``generator.py`` (``generate_packs(out_dir, n, seed)``) a
 (``grade_run(pack, workspace_root, result)``, optionally ``verdict_case(expected)``), and may have
 ``guide.py``: ``answer_guide(latest_ok, language)``, the family's default ``AnswerGuide`` computed
 from the latest successful Observations, and ``expected_checks(expected)``, the grading checks of an
-``expected.json`` that declares none. ``packkit.py`` is what the generated families share (decks,
-writing a pack, reading an answer).
+``expected.json`` that declares none. The default family also has ``record.py``, the record every
+knowledge search reads into its ``data`` (``knowledge_record``). ``packkit.py`` is what the
+generated families share (decks, writing a pack, reading an answer).
 
-``packs.py`` reaches this registry by name when a pack asks for its family's guide: the loop, the
-claim gate and the prompts import ``packs.py`` and never a family (pyproject.toml's import
-contracts), so a family is a plugin a pack looks up, like a tool's ``import_path``.
+``packs.py`` reaches this registry by name when a pack asks for its family's guide, and the
+knowledge tool when it reads, shows or hands on its ``data``: the loop, the claim gate and the
+prompts import both and never a family (pyproject.toml's import contracts), so a family is a plugin
+looked up by name, like a tool's ``import_path``.
 """
 
 from __future__ import annotations
@@ -95,3 +97,10 @@ def expected_checks(expected: dict[str, Any]) -> list[dict[str, Any]]:
     """Grading checks for an ``expected.json`` that declares none: it is in the first round's format,
     which only the default family wrote (its ``guide.expected_checks``)."""
     return _guide_module(DEFAULT_FAMILY).expected_checks(expected)
+
+
+def knowledge_record() -> Any:
+    """The record a knowledge search reads into its ``data``, shows and hands to the check language
+    (the knowledge tool's ``FamilyRecord``): the default family's ``record.py``, read on every search
+    whatever the pack's family, as before families existed."""
+    return _module(DEFAULT_FAMILY, "record")

@@ -1,5 +1,6 @@
-"""What the generated families share: drawing options evenly, numbers as a record writes them,
-writing a pack folder, and reading an answer back for an independent grader.
+"""What the generated families share: drawing options evenly, exact numbers as JSON keeps them,
+writing a pack folder, and reading an answer back for an independent grader. A number as a record
+writes it is ``agent/util/number_text.py``'s ``number_text``.
 
 Nothing here knows a family's task: a family's ``generator.py`` draws its data and writes its files
 with these, and its ``grading.py`` recomputes the right answer from the data its pack's
@@ -43,13 +44,6 @@ def number(value: Fraction | int | float) -> int | float:
     """An exact value as JSON keeps it: int when whole, else the nearest float."""
     value = Fraction(value) if not isinstance(value, float) else Fraction(repr(value))
     return int(value) if value.denominator == 1 else float(value)
-
-
-def fmt(value: int | float) -> str:
-    """A number as a record (and a right answer) writes it: 79, 78.5, -3."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value) if isinstance(value, int) else repr(value)
 
 
 def rounded(value: Fraction | float, digits: int) -> Fraction:

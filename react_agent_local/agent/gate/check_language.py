@@ -24,8 +24,8 @@ Grammar (``×``, ``÷``, ``−``, ``≥``, ``≤`` may stand for ``*``, ``/``, `
 * ``record`` is the one evaluation record the latest knowledge search read (its ``values``,
   ``rules``, ``columns``, ``title``, ``date``; a release-rule record's ``values`` are its groups and
   its ``rules`` ``average_gte`` and ``every_batch_gte``); ``records`` all of them, by key (date or
-  title): ``records["2024-04"].values.North``. ``facts`` is every fact this run looked up, by name:
-  ``facts["Lisbon population"]``.
+  title; the knowledge tool's ``result_records``): ``records["2024-04"].values.North``. ``facts``
+  is every fact this run looked up, by name: ``facts["Lisbon population"]``.
 * ``min``/``max``/``mean``/``sum`` take one list or object (its values) or several numbers;
   ``count`` the size of a list or object; ``argmin``/``argmax`` the key (group name) of an object's
   smallest/largest value, the first one of equals; ``round(x)``/``round(x, n)`` rounds half away
@@ -49,6 +49,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from agent.gate.numbers import compare
+from agent.tools.knowledge import result_records
 
 MAX_TEXT = 500
 MAX_NODES = 200
@@ -240,24 +241,11 @@ def _alias(root: str, latest_ok: Mapping[str, Any]) -> Any:
         if isinstance(seen, dict):
             return seen
         return {result["fact"]: result["value"]} if "fact" in result and "value" in result else None
-    result = _tool_named(latest_ok, "knowledge_search") or {}
-    records = result.get("records")
+    # the knowledge tool knows its result: records of any rule, or the one its family's record is
+    records = result_records(_tool_named(latest_ok, "knowledge_search") or {})
     if root == "records":
-        if isinstance(records, dict):
-            return records
-        single = _release_record(result)
-        return {single["title"]: single} if single else None
-    if isinstance(records, dict):
-        return next(iter(records.values())) if len(records) == 1 else None
-    return _release_record(result)
-
-
-def _release_record(result: dict[str, Any]) -> dict[str, Any] | None:
-    """A release-rule record read as a record of any rule: its groups and its two thresholds."""
-    data = result.get("data") or {}
-    if not data.get("batches"):
-        return None
-    return {"title": "release record", "values": data["batches"], "rules": dict(data.get("release_rule") or {})}
+        return records
+    return next(iter(records.values())) if records and len(records) == 1 else None
 
 
 def _resolve_path(parts: list[str | int], latest_ok: Mapping[str, Any]) -> Any:

@@ -14,15 +14,18 @@ is in the catalog like any other tool: a pack offers it by naming it in ``requir
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from agent.tools.base import (
     ArgumentError, StrictArgs, Tool, ToolContext, ToolError, ToolRegistry, ToolTransportError, compact_schema
 )
 
+if TYPE_CHECKING:
+    from agent.contracts.task import TaskSpec
+
 __all__ = ["ArgumentError", "StrictArgs", "Tool", "ToolContext", "ToolError", "ToolRegistry", "ToolTransportError",
-           "WORKSPACE_TOOLS", "catalog", "compact_schema", "default_registry", "pack_registry", "registry_for",
-           "with_fact_names", "with_skills"]
+           "WORKSPACE_TOOLS", "catalog", "compact_schema", "default_registry", "local_tool_names", "pack_registry",
+           "registry_for", "with_fact_names", "with_skills"]
 
 #: tools that need a run's workspace and sandbox (``workspace.bind``)
 WORKSPACE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "replace_function", "glob", "grep", "bash"})
@@ -44,6 +47,13 @@ def catalog() -> ToolRegistry:
 def registry_for(names: Iterable[str]) -> ToolRegistry:
     """The package's tools named by a pack; an unknown name raises KeyError."""
     return catalog().subset(names)
+
+
+def local_tool_names(task: TaskSpec) -> list[str]:
+    """The names ``task`` lists that are the package's to bind: all but ``SERVER.tool``
+    of one of its MCP servers, which joins when the servers have started (``mcp_binding.bind_tools``)."""
+    servers = {s.name for s in task.mcp_servers}
+    return [n for n in task.tool_names if "." not in n or n.partition(".")[0] not in servers]
 
 
 def default_registry() -> ToolRegistry:
@@ -71,11 +81,7 @@ def pack_registry(pack: Any) -> ToolRegistry | None:
         return with_fact_names(None, pack)
     from agent.tools.skill import TOOL_NAME
 
-    servers = {s.name for s in pack.task.mcp_servers}
-    # Which names are the package's: the rule of Run._bind_tools (runtime.py), where a NAME.tool of
-    # one of the pack's MCP servers joins later, when the servers have started.
-    names = [n for n in pack.task.tool_names
-             if n != TOOL_NAME and (n.partition(".")[0] not in servers or "." not in n)]
+    names = [n for n in local_tool_names(pack.task) if n != TOOL_NAME]
     try:
         return with_fact_names(with_skills(registry_for(names), pack.skills), pack)
     except KeyError:

@@ -18,11 +18,13 @@ field boosts: a chunk's section heading is indexed twice, and each file's ``# ti
 every chunk of that file (so naming the document in a query favours no single chunk). Ties keep
 document order, so results are deterministic.
 
-Data (``data``), parsed from *all* files, not only the returned chunks, by ``records.py``: the
-values of a table whose value column is a task-success rate (``batches``: label -> number) and the
-release rule (``average_gte``, ``every_batch_gte``), in the many ways people write them. Where no
-record can be read, the search still returns its chunks with ``data`` empty and ``data_error``
-naming the files and what is missing.
+Data (``data``), parsed from *all* files, not only the returned chunks, by the family registry's
+``knowledge_record`` (the release-rule family's ``record.py``, reached by name as ``FamilyRecord``:
+the loop imports this tool and must never import a family): the values of a table whose value
+column is a task-success rate (``batches``: label -> number) and the release rule (``average_gte``,
+``every_batch_gte``), in the many ways people write them; the same module writes it into the
+summary and the rendered Observation. Where no record can be read, the search still returns its
+chunks with ``data`` empty and ``data_error`` naming the files and what is missing.
 
 Records of other rules (``records``, from ``records.read_records``): every file with a table of
 groups and numbers, keyed by date or title, with its rules as named numbers. They are returned
@@ -56,6 +58,7 @@ only re-``stat`` the files.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 import stat
@@ -63,15 +66,17 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 
+from agent.task.packs import FAMILY_REGISTRY
 from agent.task.tables import (
     MAX_FILE_BYTES, TABLE_SUFFIXES, NotARegularFile, Table, read_bytes, table_view, tables_from_files
 )
 from agent.tools.base import StrictArgs, Tool, ToolError
-from agent.tools.records import RULE_KEYS, RecordError, extract_records, read_records, release_rule_keys
+from agent.tools.records import RecordError, lowest_group, read_records
+from agent.util.number_text import exact_text
 
 CHUNK_CHARS = 600
 _CACHE_LIMIT = 8
@@ -259,6 +264,35 @@ def chunk_file(source: _SourceFile) -> list[Chunk]:
 # --------------------------------------------------------------------------------------------
 
 
+class FamilyRecord(Protocol):
+    """The record a search reads into ``data``, as its family offers it (``families.knowledge_record``:
+    the release-rule family's ``record.py``)."""
+
+    def read(self, files: list[tuple[str, str]]) -> dict[str, Any]:
+        """The record the files hold, or ``RecordError`` naming what is missing or conflicting."""
+
+    def states_rule(self, files: list[tuple[str, str]]) -> bool:
+        """Do the files state the record's rule, however written (read or not)?"""
+
+    def ruled_by(self, record: dict[str, Any]) -> bool:
+        """Does a record of any rule (``records.read_records``) state the record's rule?"""
+
+    def summary(self, data: dict[str, Any]) -> str:
+        """The search's summary of a record ``read`` returned."""
+
+    def render(self, data: dict[str, Any]) -> str | None:
+        """The record as the model reads it; None when ``data`` holds none."""
+
+    def as_record(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """The record as a record of any rule (the check language's ``record``); None when ``data`` holds none."""
+
+
+def family_record() -> FamilyRecord:
+    """The record a search reads into ``data``, found by name (``packs.FAMILY_REGISTRY``), as a pack
+    finds its family's guide."""
+    return importlib.import_module(FAMILY_REGISTRY).knowledge_record()
+
+
 @dataclass
 class KnowledgeIndex:
     chunks: list[Chunk]
@@ -305,7 +339,7 @@ def _table_chunks(tables: list[Table], sources: list[_SourceFile]) -> list[Chunk
             continue
         counts[table.source] = counts.get(table.source, 0) + 1
         lines = [f"# {table.title}", " | ".join(_column_label(c) for c in table.columns)]
-        lines += [" | ".join("" if v is None else _exact(v) if not isinstance(v, str) else v for v in row)
+        lines += [" | ".join("" if v is None else exact_text(v) if not isinstance(v, str) else v for v in row)
                   for row in table.rows]
         chunks.append(Chunk(table.source, f"{table.source}#{counts[table.source]}", "\n".join(lines),
                             digest[table.source]))
@@ -323,17 +357,18 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
         raise ToolError("knowledge_parse_failed", "the knowledge files contain no searchable text", False)
     # The release rule and the records are read from the markdown, as they always were.
     files = [(s.name, s.text) for s in markdown] or [(s.name, "") for s in sources[:1]]
+    family = family_record()
     try:
-        data, data_error = extract_records(files), None
+        data, data_error = family.read(files), None
     except RecordError as exc:
         data, data_error = {}, str(exc)
     try:
-        records, records_error = _shown_records(data, read_records(files)), None
+        records, records_error = _shown_records(data, read_records(files), family), None
     except RecordError as exc:
         records, records_error = None, str(exc)
     if records:
         data_error = None  # records of other rules: the release rule's reading does not apply
-    elif records_error and not _states_release_rule(files):
+    elif records_error and not family.states_rule(files):
         data_error = records_error
     titles = {s.name: _title(s) if s.name.lower().endswith(".md") else "" for s in sources}
     manifest = "".join(f"{s.sha256}  {s.name}\n" for s in sources)
@@ -349,19 +384,16 @@ def build_index(sources: list[_SourceFile]) -> KnowledgeIndex:
     )
 
 
-def _shown_records(data: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+def _shown_records(data: dict[str, Any], records: dict[str, dict[str, Any]],
+                   family: FamilyRecord) -> dict[str, dict[str, Any]] | None:
     """The records a search returns beside ``data``: with a release-rule record read, only when there
     are several (one says nothing ``data`` does not); without one, the records under other rules --
     a record stating the release rule that the release reader refused stays refused (``data_error``
     says why), since the release rule's checks would otherwise run on a reading it did not accept."""
     if data:
         return records if len(records) > 1 else None
-    kept = {key: r for key, r in records.items() if not set(r["rules"]) & set(RULE_KEYS)}
+    kept = {key: r for key, r in records.items() if not family.ruled_by(r)}
     return kept or None
-
-
-def _states_release_rule(files: list[tuple[str, str]]) -> bool:
-    return any(release_rule_keys(text) for _, text in files)
 
 
 _cache: dict[tuple, KnowledgeIndex] = {}
@@ -389,18 +421,6 @@ def load_index(knowledge_dir: Path) -> KnowledgeIndex:
 # --------------------------------------------------------------------------------------------
 
 
-def render_number(value: int | float) -> str:
-    """A number as the rendered result writes it (``78.5``); an answer guide that forces an expression
-    over the observed values writes them the same way (``families/release_rule/guide.py``)."""
-    return str(value) if isinstance(value, int) else f"{value:g}"
-
-
-def lowest_group(batches: dict[str, int | float]) -> tuple[str, int | float]:
-    """The group with the lowest value, as the rendered result states it."""
-    label = min(batches, key=lambda k: batches[k])  # the first of equal minima, in document order
-    return label, batches[label]
-
-
 def _copy(value: Any) -> Any:
     return {k: _copy(v) for k, v in value.items()} if isinstance(value, dict) else value
 
@@ -411,15 +431,7 @@ def _summary(data: dict[str, Any], returned: int, records: dict[str, dict[str, A
         return f"{len(records)} record(s): {shown}; top {returned} chunks"
     if not data:
         return f"no evaluation record could be read; top {returned} chunks"
-    batches = data["batches"]
-    shown = ", ".join(f"{k}={render_number(v)}" for k, v in list(batches.items())[:10])
-    if len(batches) > 10:
-        shown += ", ..."
-    rule = data["release_rule"]
-    return (
-        f"{len(batches)} batches ({shown}); release rule: average >= {render_number(rule['average_gte'])} "
-        f"and every batch >= {render_number(rule['every_batch_gte'])}; top {returned} chunks"
-    )
+    return f"{family_record().summary(data)}; top {returned} chunks"
 
 
 def _excerpt(text: str) -> str:
@@ -454,6 +466,17 @@ def named_records(query: str, records: dict[str, dict[str, Any]]) -> list[str]:
     """Keys of the records the query names (by key, title or date), in record order."""
     asked = _plain(query)
     return [key for key, record in records.items() if any(_plain(n) in asked for n in record_names(key, record))]
+
+
+def result_records(result: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """The records a search's result holds, by key (the check language's ``records``): its
+    ``records``, else its ``data`` read as a record of any rule, under that record's title; None
+    where it holds neither."""
+    records = result.get("records")
+    if isinstance(records, dict):
+        return records
+    single = family_record().as_record(result.get("data") or {})
+    return {single["title"]: single} if single else None
 
 
 def _tables_of(index: KnowledgeIndex, sources: set[str]) -> list[dict[str, Any]]:
@@ -524,17 +547,14 @@ class KnowledgeSearchArgs(StrictArgs):
 
 def _render(result: dict[str, Any]) -> str:
     # Chunk texts stay in the trace; the parsed data carries the facts, and every token of a long
-    # excerpt costs prompt-processing time on a 2-core CPU. The lowest value is stated outright:
-    # picking the minimum of eight numbers is where a small model goes wrong most often.
-    data = result.get("data") or {}
-    batches = data.get("batches") or {}
-    rule = data.get("release_rule") or {}
+    # excerpt costs prompt-processing time on a 2-core CPU.
+    record = family_record().render(result.get("data") or {})
     cited = ", ".join(f"{c.get('id')} {c.get('chunk_id')}" for c in result.get("citations", []))
     tables = result.get("tables") or []
-    if result.get("records") and not batches:
+    if result.get("records") and record is None:
         shown = " || ".join([_render_records(result["records"])] + ([render_tables(tables)] if tables else []))
         return shown + f"; citations: {cited}"
-    if not batches:
+    if record is None:
         with_tables = {t["source"] for t in tables}
         excerpts = " | ".join(" ".join(str(c.get("text", "")).split()) for c in result.get("citations", [])
                               if c.get("source_id") not in with_tables)
@@ -542,14 +562,7 @@ def _render(result: dict[str, Any]) -> str:
             return render_tables(tables) + (f" || chunks: {excerpts}" if excerpts else "") + f"; citations: {cited}"
         error = (result.get("data_error") or {}).get("message", "no record found")
         return f"no structured data ({error}); chunks: {excerpts}"
-    text = f"{len(batches)} groups: " + ", ".join(f"{k} = {render_number(v)}" for k, v in batches.items())
-    if batches:
-        label, value = lowest_group(batches)
-        text += f"; lowest value: {label} = {render_number(value)}"
-    if rule:
-        text += (f"; release rule: average >= {render_number(rule['average_gte'])} (average_gte) and every group "
-                 f">= {render_number(rule['every_batch_gte'])} (every_batch_gte)")
-    return text + f"; citations: {cited}"
+    return record + f"; citations: {cited}"
 
 
 def _column_label(column: Any) -> str:
@@ -561,7 +574,7 @@ def _column_label(column: Any) -> str:
 def _cell_text(value: Any) -> str:
     if value is None:
         return "-"
-    return value if isinstance(value, str) else _exact(value)
+    return value if isinstance(value, str) else exact_text(value)
 
 
 PROSE_RENDER_CHARS = 1200
@@ -588,11 +601,6 @@ def render_tables(views: list[dict[str, Any]]) -> str:
     return " || ".join(parts)
 
 
-def _exact(value: int | float) -> str:
-    """A record's number as the model should copy it: every digit (``1234567.5``, not ``1.23457e+06``)."""
-    return str(value) if isinstance(value, int) else repr(value)
-
-
 def _render_records(records: dict[str, dict[str, Any]]) -> str:
     """Each record as a line: its key and file, the value column, the groups with the lowest and the
     highest stated outright (as for the release rule), and its rules by the names checks use; with
@@ -601,12 +609,12 @@ def _render_records(records: dict[str, dict[str, Any]]) -> str:
     for key, record in records.items():
         values = record.get("values") or {}
         text = (f"record {key} ({record.get('source_id')}): {record.get('value_column')} of {len(values)} groups: "
-                + ", ".join(f"{k} = {_exact(v)}" for k, v in values.items()))
+                + ", ".join(f"{k} = {exact_text(v)}" for k, v in values.items()))
         if values:
             low, high = lowest_group(values), max(values, key=lambda k: values[k])
-            text += f"; lowest: {low[0]} = {_exact(low[1])}; highest: {high} = {_exact(values[high])}"
+            text += f"; lowest: {low[0]} = {exact_text(low[1])}; highest: {high} = {exact_text(values[high])}"
         rules = record.get("rules") or {}
-        text += "; rules: " + (", ".join(f"{k} = {_exact(v)}" for k, v in rules.items()) if rules else "none")
+        text += "; rules: " + (", ".join(f"{k} = {exact_text(v)}" for k, v in rules.items()) if rules else "none")
         others = [c for c in record.get("columns") or {} if c != record.get("value_column")]
         if others:
             text += "; other columns: " + ", ".join(others)
@@ -615,7 +623,7 @@ def _render_records(records: dict[str, dict[str, Any]]) -> str:
               if all(g in (r.get("values") or {}) for r in records.values())] if len(records) > 1 else []
     if shared:  # one group's values side by side: a change across records reads off one place
         parts.append("by group, in record order (" + " -> ".join(records) + "): " + "; ".join(
-            f"{g} " + " -> ".join(_exact(r["values"][g]) for r in records.values()) for g in shared))
+            f"{g} " + " -> ".join(exact_text(r["values"][g]) for r in records.values()) for g in shared))
     return " | ".join(parts)
 
 

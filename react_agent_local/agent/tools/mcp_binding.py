@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from agent.contracts.decision import ToolErrorInfo
-from agent.tools import ToolRegistry, registry_for
+from agent.tools import ToolRegistry, local_tool_names, registry_for
 
 if TYPE_CHECKING:
     from agent.task.packs import TaskPack
@@ -41,10 +41,9 @@ def bind_tools(pack: TaskPack, tools: ToolRegistry | None, allowed_tools: set[st
     """The run's registry and its MCP servers (None without any). ``tools``: a registry passed in
     (the runner's), else the package's tools the pack names. ``emit(type, **payload)`` traces."""
     task = pack.task
-    servers = {s.name for s in task.mcp_servers}
     if tools is None:
         try:
-            tools = registry_for(n for n in task.tool_names if n.partition(".")[0] not in servers or "." not in n)
+            tools = registry_for(local_tool_names(task))
         except KeyError as exc:
             raise ToolsUnavailable("runtime_error", ToolErrorInfo(
                 code="pack_invalid", message=f"pack '{pack.name}' names unknown tools: {exc.args[0]}")) from None

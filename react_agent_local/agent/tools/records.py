@@ -1,42 +1,22 @@
-"""Read evaluation records as people write them: per-group Task Success values and the release rule,
-and records of any other rule.
+"""Read evaluation records as people write them: the markdown pieces (pipe tables outside fenced
+code blocks, cells, numbers, rule statements, rule names) and the records of any rule.
 
-``extract_records([(file_name, markdown_text), ...])`` returns
-``{"batches": {label: number, ...}, "release_rule": {"average_gte": n, "every_batch_gte": n}}``
-or raises ``RecordError``. ``read_records(files)`` returns every record of any rule, one per file
-with a table, keyed by date or title, its rules as named numbers (see its docstring). Standalone on
-purpose (stdlib only), so it can be tested on its own.
+``read_records([(file_name, markdown_text), ...])`` returns every record, one per file with a table
+of groups and numbers, keyed by date or title, its rules as named numbers (see its docstring).
+Standalone on purpose (stdlib only), so it can be tested on its own. A family whose record has a
+fixed shape reads it with the same pieces: the release-rule family's ``record.py`` reads the
+knowledge search's ``data`` (groups and the release rule) with them.
 
 The whole text is NFKC-normalised first, so full-width digits, colons, equals signs, percent signs,
 parentheses and pipes (``７２％``, ``：``, ``＝``, ``（）``, ``｜``) read like their ASCII forms.
 
-Value tables (the ``batches``):
+Rule names: ``Max spread`` / ``max-spread`` / ``maxSpread`` -> ``max_spread`` (``rule_name``); the
+release rule's spellings (``avg_gte``, ``min_average``, ``every_group_gte``, ``each_team_ge`` ...:
+``release_key``) become its keys, ``average_gte`` and ``every_batch_gte`` (``RULE_KEYS``), so a
+record of any rule names them as the release rule's checks do.
 
-* any markdown pipe table outside fenced code blocks, with or without leading/trailing pipes,
-  alignment colons allowed, whose header has a *task success* column: ``Task Success``,
-  ``task_success``, ``TaskSuccess``, ``Task Success (%)``, ``Task success rate``, ``任务成功率``,
-  ``任务成功率 (%)`` (case, spaces, ``_``/``-``, ``**bold**`` and ``(%)`` do not matter);
-* label column: the first header naming Batch, Group, Region, Team, Site, Cohort, Segment, Split,
-  Name, Label, 批次, 组/分组, 区域 or 名称; else the first other column that is not all numbers;
-* value cells ``72``, ``72%``, ``72.5``, ``72.5 %``, ``**72%**``, ``0.72`` (kept as written, never
-  rescaled); other columns (Tasks, Steps, ...) are diagnostics and never read;
-* a summary row (Average, Mean, Overall, Total, 平均, 合计, ...) is not a group and is skipped.
-
-The release rule: an explicit key followed by an explicit number, wherever it is written:
-
-* ``key: value``, ``key = value``, ``key >= value``, ``key ≥ value``, as a list line
-  (``- average_gte: 78``, ``* `every_batch_gte` = 70%``), inside a sentence
-  ("... (average_gte = 85) ..."), in Chinese text (``average_gte：78``), in YAML front matter, in a
-  fenced YAML/JSON block (``"average_gte": 78``);
-* a table with rows ``| average_gte | 78 |``, or one with the keys as headers and one row of values;
-* key spellings: ``average_gte``, ``average-gte``, ``avg_gte``, ``mean_gte``, ``averageGte``,
-  ``AVERAGE_GTE``, ``min_average``; ``every_batch_gte``, ``every_group_gte`` (or region, team, site,
-  cohort, segment, split), ``each_*_gte``, ``all_batches_gte``, ``min_each_gte``, ``min_batch_gte``;
-  ``_ge`` works like ``_gte``.
-
-Integral numbers come back as ``int`` (``72``, not ``72.0``); labels keep document order. The same
-label (or rule key) with two different values is a ``RecordError``; so is a missing table, a
-non-numeric value cell or a missing rule key. Messages name files by file name only.
+Integral numbers come back as ``int`` (``72``, not ``72.0``); labels keep document order. Messages
+name files by file name only.
 """
 
 from __future__ import annotations
@@ -45,6 +25,7 @@ import re
 import unicodedata
 from decimal import Decimal, InvalidOperation
 
+#: the release rule's keys as its checks name them (``release_key`` reads their spellings)
 RULE_KEYS = ("average_gte", "every_batch_gte")
 _MAX_MESSAGE = 300
 
@@ -57,7 +38,7 @@ _LABEL_WORDS = (
     "batch", "group", "region", "team", "site", "cohort", "segment", "split", "name", "label",
     "批次", "组", "区域", "名称",
 )
-_SUMMARY_LABELS = {"average", "mean", "overall", "total", "all", "平均", "平均值", "总体", "整体", "合计", "总计"}
+SUMMARY_LABELS = {"average", "mean", "overall", "total", "all", "平均", "平均值", "总体", "整体", "合计", "总计"}
 
 # --- rule keys ---------------------------------------------------------------------------------
 
@@ -69,7 +50,7 @@ _EVERY_KEY = re.compile(
 _NUM = r"[+-]?\d+(?:\.\d+)?"
 # An identifier, optional closing quote/bold, a comparison, optional opening quote, a number.
 # The number may not continue as "78.5.1"; "78." at the end of a sentence is fine.
-_RULE_STATEMENT = re.compile(
+RULE_STATEMENT = re.compile(
     r"(?<![A-Za-z0-9_-])([A-Za-z][A-Za-z0-9_-]*)[`'\"*]*\s*(?::|==?|>=|=>|≥|⩾)\s*[`'\"*]*\s*"
     rf"({_NUM})(?!\.?\d)"
 )
@@ -85,34 +66,24 @@ class RecordError(ValueError):
     """No usable data: the message names the file(s) and exactly what is missing or conflicting."""
 
 
-def _base_name(name: str) -> str:
+def base_name(name: str) -> str:
     # Callers pass file names; a path slipped in must still not leak its folders.
     return name.replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def _fail(message: str) -> RecordError:
+def record_error(message: str) -> RecordError:
+    """A ``RecordError`` whose message is cut to a length a tool result can carry."""
     if len(message) > _MAX_MESSAGE:
         message = message[: _MAX_MESSAGE - 1] + "…"
     return RecordError(message)
 
 
-def _file_list(names: list[str], budget: int = 150) -> str:
-    """Names up to about ``budget`` characters, then "and N more", so the message stays short."""
-    shown: list[str] = []
-    for name in names:
-        if shown and len(", ".join(shown + [name])) > budget:
-            break
-        shown.append(name[:budget])
-    rest = len(names) - len(shown)
-    return ", ".join(shown) + (f" and {rest} more" if rest else "")
-
-
-def _squash(text: str) -> str:
+def squash(text: str) -> str:
     """Lowercase letters, digits and CJK only: "Task Success (%)" -> "tasksuccess"."""
     return re.sub(r"[\W_]+", "", text.lower())
 
 
-def _number(text: str) -> int | float | None:
+def cell_number(text: str) -> int | float | None:
     """``72``, ``72.5``, ``72 %``, ``**72%**``, ``0.72`` -> number as written; else None."""
     cleaned = text.strip().strip("*_`").strip().rstrip("%").strip().strip("*_`").strip()
     if not _NUMBER_CELL.match(cleaned):
@@ -124,7 +95,7 @@ def _number(text: str) -> int | float | None:
     return int(value) if value == value.to_integral_value() else float(value)
 
 
-def _clean(text: str) -> str:
+def clean_cell(text: str) -> str:
     return text.strip().strip("*_`").strip()
 
 
@@ -141,7 +112,7 @@ def _cells(line: str) -> list[str]:
     return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)]
 
 
-def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+def pipe_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
     """(header, rows) of every pipe table outside fenced code blocks."""
     lines = text.splitlines()
     tables, fence, i = [], None, 0
@@ -173,22 +144,22 @@ def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
     return tables
 
 
-def _value_column(header: list[str]) -> int | None:
-    squashed = [_squash(h) for h in header]
+def value_column(header: list[str]) -> int | None:
+    squashed = [squash(h) for h in header]
     candidates = [i for i, s in enumerate(squashed) if any(m in s for m in _VALUE_MARKERS)]
     exact = [i for i in candidates if squashed[i] in _VALUE_EXACT]
     return (exact or candidates or [None])[0]
 
 
-def _label_column(header: list[str], rows: list[list[str]], value_col: int) -> int | None:
+def label_column(header: list[str], rows: list[list[str]], value_col: int) -> int | None:
     others = [i for i in range(len(header)) if i != value_col]
 
     def names_group(i: int) -> bool:
-        s = _squash(header[i])
+        s = squash(header[i])
         return any(word in s for word in _LABEL_WORDS)
 
     def numeric(i: int) -> bool:
-        return bool(rows) and all(i < len(r) and _number(r[i]) is not None for r in rows)
+        return bool(rows) and all(i < len(r) and cell_number(r[i]) is not None for r in rows)
 
     # A header naming a group wins; else the first column of words (a "Tasks" count is no label).
     for choose in (names_group, lambda i: not numeric(i), lambda i: True):
@@ -198,37 +169,12 @@ def _label_column(header: list[str], rows: list[list[str]], value_col: int) -> i
     return None
 
 
-def _value_rows(name: str, text: str) -> tuple[list[tuple[str, int | float]], int]:
-    """(label, value) pairs of every value table in one file, and how many value tables it had."""
-    found, tables = [], 0
-    for header, rows in _tables(text):
-        value_col = _value_column(header)
-        if value_col is None:
-            continue
-        label_col = _label_column(header, rows, value_col)
-        if label_col is None:
-            continue  # a one-column table has nothing to name the value by
-        tables += 1
-        for row in rows:
-            label = _clean(row[label_col]) if label_col < len(row) else ""
-            cell = row[value_col] if value_col < len(row) else ""
-            if _squash(label) in _SUMMARY_LABELS:
-                continue
-            if not label:
-                raise _fail(f"{name}: a row of the task success table has no label in column '{header[label_col][:40]}'")
-            value = _number(cell)
-            if value is None:
-                # Never drop a group silently: the average would change without anyone noticing.
-                raise _fail(f"{name}: task success of '{label[:40]}' is not a number ('{cell[:20]}')")
-            found.append((label, value))
-    return found, tables
+# --- rule names ----------------------------------------------------------------------------------
 
 
-# --- the release rule --------------------------------------------------------------------------
-
-
-def _rule_key(raw: str) -> str | None:
-    """Canonical rule key for a spelling such as ``averageGte`` or ``every-group-gte``, else None."""
+def release_key(raw: str) -> str | None:
+    """The release rule's key (``RULE_KEYS``) for a spelling such as ``averageGte`` or
+    ``every-group-gte``, else None."""
     key = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", raw.strip("_-")).lower()
     key = re.sub(r"[-_]+", "_", key)
     if _AVERAGE_KEY.fullmatch(key):
@@ -238,81 +184,24 @@ def _rule_key(raw: str) -> str | None:
     return None
 
 
-def _rule_values(text: str) -> list[tuple[str, int | float]]:
-    """(key, value) for every explicit rule statement: free text, fenced blocks, front matter, tables."""
-    found = []
-    for match in _RULE_STATEMENT.finditer(text):
-        key = _rule_key(match.group(1))
-        if key:
-            found.append((key, _number(match.group(2))))
-    for header, rows in _tables(text):
-        # Keys down the first column: | average_gte | 78 |
-        for row in rows:
-            key_at = next((i for i, c in enumerate(row) if _rule_key(_clean(c))), None)
-            if key_at is None:
-                continue
-            value = next((v for c in row[key_at + 1:] if (v := _number(c)) is not None), None)
-            if value is not None:
-                found.append((_rule_key(_clean(row[key_at])), value))
-        # Keys across the header, one row of values: | average_gte | every_batch_gte |
-        if len(rows) == 1:
-            for i, cell in enumerate(header):
-                key = _rule_key(_clean(cell))
-                if key and i < len(rows[0]) and (value := _number(rows[0][i])) is not None:
-                    found.append((key, value))
-    return found
-
-
-def release_rule_keys(text: str) -> set[str]:
-    """The release rule's keys a text states (``average_gte``, ``every_batch_gte``), however written."""
-    return {key for key, _ in _rule_values(unicodedata.normalize("NFKC", text))}
-
-
 # --- putting files together --------------------------------------------------------------------
 
 
-def _merge(pairs: list[tuple[str, int | float, str]], what: str) -> dict[str, int | float]:
+def merge(pairs: list[tuple[str, int | float, str]], what: str) -> dict[str, int | float]:
     merged: dict[str, tuple[int | float, str]] = {}
     for key, value, name in pairs:
         if key in merged and merged[key][0] != value:
             first, where = merged[key]
             places = where if where == name else f"{where} and {name}"
-            raise _fail(f"{places}: conflicting {what} for '{key[:40]}': {first} vs {value}")
+            raise record_error(f"{places}: conflicting {what} for '{key[:40]}': {first} vs {value}")
         merged.setdefault(key, (value, name))
     return {key: value for key, (value, _) in merged.items()}
 
 
-def extract_records(files: list[tuple[str, str]]) -> dict:
-    """files = [(file_name, markdown_text), ...] in name order ->
-    {"batches": {label: int|float, ...}, "release_rule": {"average_gte": n, "every_batch_gte": n}}"""
-    if not files:
-        raise _fail("no knowledge files to read the evaluation record from")
-    names, value_pairs, rule_pairs, tables = [], [], [], 0
-    for raw_name, raw_text in files:
-        name, text = _base_name(raw_name), unicodedata.normalize("NFKC", raw_text)
-        names.append(name)
-        rows, count = _value_rows(name, text)
-        tables += count
-        value_pairs += [(label, value, name) for label, value in rows]
-        rule_pairs += [(key, value, name) for key, value in _rule_values(text)]
-
-    batches = _merge(value_pairs, "task success")
-    rule = _merge(rule_pairs, "release rule values")
-    if not batches:
-        if tables:
-            raise _fail(f"the task success table has no rows in {_file_list(names)}")
-        raise _fail(
-            f"no table with a task success column ('Task Success', 'task_success', '任务成功率', ...) "
-            f"outside code blocks in {_file_list(names)}"
-        )
-    missing = [key for key in RULE_KEYS if key not in rule]
-    if missing:
-        raise _fail(
-            "release rule incomplete: missing "
-            + " and ".join(f"'{key}: <number>'" for key in missing)
-            + f" in {_file_list(names)}"
-        )
-    return {"batches": batches, "release_rule": {key: rule[key] for key in RULE_KEYS}}
+def lowest_group(values: dict[str, int | float]) -> tuple[str, int | float]:
+    """The group with the lowest value: the first of equal minima, in document order."""
+    label = min(values, key=lambda k: values[k])
+    return label, values[label]
 
 
 # =================================================================================================
@@ -340,10 +229,10 @@ _RULE_TABLE_WORDS = {"rule", "rules", "threshold", "thresholds", "key", "setting
 def rule_name(raw: str) -> str | None:
     """A rule's name as checks refer to it: ``Max spread`` / ``max-spread`` / ``maxSpread`` ->
     ``max_spread``; the release rule's spellings -> ``average_gte`` / ``every_batch_gte``."""
-    text = _clean(raw).strip("`'\"*_- ")
+    text = clean_cell(raw).strip("`'\"*_- ")
     if not text:
         return None
-    release = _rule_key(text.replace(" ", "_"))
+    release = release_key(text.replace(" ", "_"))
     if release:
         return release
     text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text).lower()
@@ -368,7 +257,7 @@ def _front_matter(text: str) -> tuple[dict[str, str], list[tuple[str, int | floa
         if not match:
             continue
         key, value = match.group(2).strip().strip("'\""), match.group(3).strip().strip("'\"")
-        number = _number(value)
+        number = cell_number(value)
         if number is not None and (name := rule_name(key)):
             rules.append((name, number))
         elif not match.group(1) and value:
@@ -415,21 +304,21 @@ def _named_rules(text: str) -> list[tuple[str, int | float]]:
     for line, in_rules in zip(lines, _in_rule_section(lines)):
         match = _RULE_LINE.match(line) if in_rules else None
         if match and (name := rule_name(match.group(1))):
-            found.append((name, _number(match.group(2))))  # "- Max spread: 15": the whole line names it
+            found.append((name, cell_number(match.group(2))))  # "- Max spread: 15": the whole line names it
             continue
-        for statement in _RULE_STATEMENT.finditer(line):
+        for statement in RULE_STATEMENT.finditer(line):
             name = rule_name(statement.group(1))
             if name and _rule_like(name):
-                found.append((name, _number(statement.group(2))))
-    for header, rows in _tables(text):
+                found.append((name, cell_number(statement.group(2))))
+    for header, rows in pipe_tables(text):
         if _rule_table(header):  # | rule | value |
             for row in rows:
-                value = next((v for c in row[1:] if (v := _number(c)) is not None), None)
+                value = next((v for c in row[1:] if (v := cell_number(c)) is not None), None)
                 if row and value is not None and (name := rule_name(row[0])):
                     found.append((name, value))
         elif len(rows) == 1 and all((n := rule_name(h)) and _rule_like(n) for h in header):  # keys across
             for cell, value in zip(header, rows[0]):
-                if (number := _number(value)) is not None:
+                if (number := cell_number(value)) is not None:
                     found.append((rule_name(cell), number))
     return found
 
@@ -438,15 +327,15 @@ def _numeric_columns(header: list[str], rows: list[list[str]]) -> list[int]:
     """Columns of numbers: at least half of their cells are (a cell that is not then is an error,
     never a group dropped without a word)."""
     def numbers(i: int) -> int:
-        return sum(1 for r in rows if i < len(r) and _number(r[i]) is not None)
+        return sum(1 for r in rows if i < len(r) and cell_number(r[i]) is not None)
 
     return [i for i in range(len(header)) if rows and numbers(i) and 2 * numbers(i) >= len(rows)]
 
 
 def _rule_table(header: list[str]) -> bool:
     """``| rule | value |`` (or ``| name | threshold |`` ...): a table of rules, not of groups."""
-    return _squash(header[0]) in _RULE_TABLE_WORDS and (
-        len(header) == 2 or _squash(header[1]) in {"value", "values", "number", "threshold", "limit", "数值", "值", "阈值"})
+    return squash(header[0]) in _RULE_TABLE_WORDS and (
+        len(header) == 2 or squash(header[1]) in {"value", "values", "number", "threshold", "limit", "数值", "值", "阈值"})
 
 
 def _table_columns(name: str, header: list[str], rows: list[list[str]]) -> tuple[str, dict] | None:
@@ -455,47 +344,47 @@ def _table_columns(name: str, header: list[str], rows: list[list[str]]) -> tuple
     rows = [r for r in rows if any(c.strip() for c in r)]
     if not rows or _rule_table(header) or all((n := rule_name(h)) and _rule_like(n) for h in header):
         return None
-    numeric = _numeric_columns(header, [r for r in rows if _squash(_clean(r[0])) not in _SUMMARY_LABELS])
-    value_col = _value_column(header)
+    numeric = _numeric_columns(header, [r for r in rows if squash(clean_cell(r[0])) not in SUMMARY_LABELS])
+    value_col = value_column(header)
     if value_col is None:
-        plain = [i for i in numeric if _squash(header[i]) not in _DIAGNOSTIC_WORDS
-                 and not any(w in _squash(header[i]) for w in ("latency", "steps", "延迟"))]
+        plain = [i for i in numeric if squash(header[i]) not in _DIAGNOSTIC_WORDS
+                 and not any(w in squash(header[i]) for w in ("latency", "steps", "延迟"))]
         value_col = (plain or [None])[0]
     if value_col is None:
         return None
-    label_col = _label_column(header, rows, value_col)
+    label_col = label_column(header, rows, value_col)
     if label_col is None or label_col in numeric:
         return None
     columns: dict[str, list] = {}
     for col in dict.fromkeys([value_col, *numeric]):
         pairs = []
         for row in rows:
-            label = _clean(row[label_col]) if label_col < len(row) else ""
-            if not label or _squash(label) in _SUMMARY_LABELS:
+            label = clean_cell(row[label_col]) if label_col < len(row) else ""
+            if not label or squash(label) in SUMMARY_LABELS:
                 continue
-            value = _number(row[col]) if col < len(row) else None
+            value = cell_number(row[col]) if col < len(row) else None
             if value is None:
-                raise _fail(f"{name}: '{_clean(header[col])[:40]}' of '{label[:40]}' is not a number "
+                raise record_error(f"{name}: '{clean_cell(header[col])[:40]}' of '{label[:40]}' is not a number "
                             f"('{(row[col] if col < len(row) else '')[:20]}')")
             pairs.append((label, value, name))
-        columns[_clean(header[col]) or f"column {col + 1}"] = pairs
-    return _clean(header[value_col]) or f"column {value_col + 1}", columns
+        columns[clean_cell(header[col]) or f"column {col + 1}"] = pairs
+    return clean_cell(header[value_col]) or f"column {value_col + 1}", columns
 
 
 def _value_table(name: str, text: str) -> dict | None:
     """The groups and numbers of a file: the tables whose value column is the first table's (a
     task-success column preferred), merged, with every numeric column by header."""
-    tables = [t for header, rows in _tables(text) if (t := _table_columns(name, header, rows))]
+    tables = [t for header, rows in pipe_tables(text) if (t := _table_columns(name, header, rows))]
     if not tables:
         return None
-    preferred = [t for t in tables if _value_column([t[0]]) is not None] or tables
+    preferred = [t for t in tables if value_column([t[0]]) is not None] or tables
     value_header = preferred[0][0]
     columns: dict[str, list] = {}
     for header, table in tables:
-        if _squash(header) == _squash(value_header):
+        if squash(header) == squash(value_header):
             for column, pairs in table.items():
                 columns.setdefault(column, []).extend(pairs)
-    merged = {column: _merge(pairs, f"'{column[:40]}'") for column, pairs in columns.items()}
+    merged = {column: merge(pairs, f"'{column[:40]}'") for column, pairs in columns.items()}
     return {"value_column": value_header, "values": merged[value_header],
             "columns": merged if len(merged) > 1 else None}
 
@@ -517,7 +406,7 @@ def read_records(files: list[tuple[str, str]]) -> dict[str, dict]:
     shared: list[tuple[str, int | float, str]] = []
     found = []
     for position, (raw_name, raw_text) in enumerate(files):
-        name = _base_name(raw_name)
+        name = base_name(raw_name)
         text = unicodedata.normalize("NFKC", raw_text)
         fields, front_rules, body = _front_matter(text)
         rules = [(key, value, name) for key, value in front_rules + _named_rules(body)]
@@ -531,7 +420,7 @@ def read_records(files: list[tuple[str, str]]) -> dict[str, dict]:
         found.append((position, name, title, date, table, rules))
     records = []
     for position, name, title, date, table, rules in found:
-        merged = _merge(shared + rules, "rule values")
+        merged = merge(shared + rules, "rule values")
         record = {"title": title, "date": date, "source_id": name, "value_column": table["value_column"],
                   "values": table["values"], "rules": merged}
         if table["columns"]:

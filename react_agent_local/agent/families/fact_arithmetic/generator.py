@@ -22,8 +22,9 @@ from typing import Any
 
 from agent.families.packkit import NUMBER_PATTERN as NUM
 from agent.families.packkit import (
-    PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, rounded, text_of
+    PROTECTED_STOP_REASONS, decks, expression_argument, generate, number, rounded, text_of
 )
+from agent.util.number_text import number_text
 
 CITIES = ("Porto", "Lyon", "Leeds", "Graz", "Turku", "Utrecht", "Malmo", "Bilbao", "Gdansk", "Brno", "Aarhus",
           "Split")
@@ -146,7 +147,7 @@ def pack_files(pack_id: str, rng: random.Random, state: dict[str, Any]) -> tuple
         + [{"type": "tool_result", "name": "calculator_correct", "tool": "calculator", "path": "value",
             "equals": number(exact)},
            {"type": "answer_numbers", "name": "answer_states_the_result",
-            "numbers": [text_of(stated, DIGITS[q]) if DIGITS[q] else fmt(number(stated))]}],
+            "numbers": [text_of(stated, DIGITS[q]) if DIGITS[q] else number_text(number(stated))]}],
         "protected_stop_reasons": list(PROTECTED_STOP_REASONS),
     }
     return {"task.json": task, "knowledge/facts.json": {"facts": facts}, "data/expected.json": expected}, []

@@ -19,8 +19,9 @@ from typing import Any
 
 from agent.families.packkit import NUMBER_PATTERN as NUM
 from agent.families.packkit import (
-    PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, rounded, text_of, verdict_check
+    PROTECTED_STOP_REASONS, decks, expression_argument, generate, number, rounded, text_of, verdict_check
 )
+from agent.util.number_text import number_text
 
 LABELS = (("North", "South", "East", "West", "Central", "Coast"),
           ("Team Red", "Team Blue", "Team Green", "Team Gold", "Team Teal", "Team Grey"),
@@ -96,7 +97,7 @@ def draw(pack_id: str, rng: random.Random, state: dict[str, Any]) -> dict[str, A
 def _table(spec: dict[str, Any], values: dict[str, int]) -> str:
     header = "Group" if spec["draws"]["labels"] != 1 else "Team"
     lines = [f"| {header} | {spec['draws']['header']} |", "|---|---:|"]
-    lines += [f"| {label} | {fmt(values[label])} |" for label in spec["labels"]]
+    lines += [f"| {label} | {number_text(values[label])} |" for label in spec["labels"]]
     return "\n".join(lines)
 
 
@@ -186,8 +187,8 @@ def _expected(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
             {"type": "tool_result", "name": "calculator_correct", "tool": "calculator", "path": "value",
              "equals": number(change)},
             {"type": "answer_numbers", "name": "answer_states_the_change",
-             "numbers": [fmt(spec["before"][g]), fmt(spec["after"][g]),
-                         text_of(stated, 1) if variant == "percent" else fmt(number(stated))]},
+             "numbers": [number_text(spec["before"][g]), number_text(spec["after"][g]),
+                         text_of(stated, 1) if variant == "percent" else number_text(number(stated))]},
             verdict_check("answer_verdict_correct", spec["holds"], [POSITIVE], [NEGATIVE]),
         ],
         "protected_stop_reasons": list(PROTECTED_STOP_REASONS),

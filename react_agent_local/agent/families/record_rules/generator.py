@@ -25,8 +25,9 @@ from typing import Any
 
 from agent.families.packkit import NUMBER_PATTERN as NUM
 from agent.families.packkit import (
-    PROTECTED_STOP_REASONS, decks, expression_argument, fmt, generate, number, verdict_check
+    PROTECTED_STOP_REASONS, decks, expression_argument, generate, number, verdict_check
 )
+from agent.util.number_text import number_text
 
 QUESTIONS = ("gap", "spread", "lowest", "highest", "average")
 LABELS = {
@@ -144,7 +145,7 @@ def _table(spec: dict[str, Any], rng: random.Random) -> str:
     lines = [f"| {LABEL_HEADERS[d['labels']]} | " + " | ".join(headers) + " |", "|---|" + "---:|" * len(headers)]
     for label, value in zip(spec["labels"], spec["values"]):
         cells = [str(rng.randint(20, 80)) if c == "Tasks" else f"{rng.uniform(2, 8):.1f}" for c in columns]
-        cells.insert(value_at, fmt(value) + pct)
+        cells.insert(value_at, number_text(value) + pct)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -153,17 +154,19 @@ def _rules_text(spec: dict[str, Any], rng: random.Random) -> tuple[str, str]:
     """(front matter lines of the rules, the rules section's body) in the drawn shape."""
     rules, form = spec["rules"], spec["draws"]["rule_format"]
     if form == "front_matter":
-        return "rules:\n" + "".join(f"  {k}: {fmt(v)}\n" for k, v in rules.items()), \
+        return "rules:\n" + "".join(f"  {k}: {number_text(v)}\n" for k, v in rules.items()), \
             "The thresholds are in this file's front matter (rules)."
     if form == "list":
-        return "", "The record is judged by these thresholds:\n\n" + "\n".join(f"- {k}: {fmt(v)}" for k, v in rules.items())
+        return "", "The record is judged by these thresholds:\n\n" + "\n".join(
+            f"- {k}: {number_text(v)}" for k, v in rules.items())
     if form == "table":
-        return "", "| rule | value |\n|---|---:|\n" + "\n".join(f"| {k} | {fmt(v)} |" for k, v in rules.items())
+        return "", "| rule | value |\n|---|---:|\n" + "\n".join(f"| {k} | {number_text(v)} |" for k, v in rules.items())
     if form == "yaml":
-        return "", "```yaml\nrules:\n" + "".join(f"  {k}: {fmt(v)}\n" for k, v in rules.items()) + "```"
+        return "", "```yaml\nrules:\n" + "".join(f"  {k}: {number_text(v)}\n" for k, v in rules.items()) + "```"
     op = rng.choice(("=", ":", "≥" if spec["question"] in ("gap", "lowest", "average") else "≤"))
-    sentences = [f"One threshold applies here ({k} {op} {fmt(v)})." if i == 0 else
-                 f"A second one is kept for later reviews ({k} {op} {fmt(v)})." for i, (k, v) in enumerate(rules.items())]
+    sentences = [f"One threshold applies here ({k} {op} {number_text(v)})." if i == 0 else
+                 f"A second one is kept for later reviews ({k} {op} {number_text(v)})."
+                 for i, (k, v) in enumerate(rules.items())]
     return "", " ".join(sentences)
 
 
@@ -262,12 +265,12 @@ def _expected(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         value = {"gap": low - frac(threshold), "spread": high - low, "average": sum(exact) / len(exact)}[q]
         checks.append({"type": "tool_result", "name": "calculator_correct", "tool": "calculator", "path": "value",
                        "equals": number(value)})
-        numbers.append(fmt(number(value)))
+        numbers.append(number_text(number(value)))
     if q in ("gap", "lowest"):
-        numbers.append(fmt(number(low)))
+        numbers.append(number_text(number(low)))
         comparison = [number(low), ">=", threshold]
     elif q == "highest":
-        numbers.append(fmt(number(high)))
+        numbers.append(number_text(number(high)))
         comparison = [number(high), "<=", threshold]
     elif q == "spread":
         comparison = [number(high - low), "<=", threshold]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.families.packkit import PROTECTED_STOP_REASONS, Deck
+from agent.util.number_text import number_text
 
 CASES = ("both", "avg_fails", "floor_fails", "both_fail")
 
@@ -93,13 +94,6 @@ DIAGNOSTICS = {  # header (en, zh) -> a cell for one row
 }
 
 
-def fmt(value: int | float) -> str:
-    """A number as a record (and a correct answer) writes it: 79, 78.5, 77.25."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
-
-
 def _num(tenths: Fraction | int) -> int | float:
     exact = Fraction(tenths) / 10
     return int(exact) if exact.denominator == 1 else float(exact)
@@ -144,7 +138,8 @@ class PackSpec:
                           "release_rule": {"average_gte": self.average_gte, "every_batch_gte": self.every_batch_gte}},
             "calculator": {"value": self.average},
             "plot": {"labels": list(self.labels), "values": list(self.values), "average": self.average},
-            "final": {"must_include": [fmt(self.average), fmt(self.lowest)], "release_eligible": self.eligible},
+            "final": {"must_include": [number_text(self.average), number_text(self.lowest)],
+                      "release_eligible": self.eligible},
             "causal_order": ["knowledge_search", "calculator", "plot"],
             "protected_stop_reasons": list(PROTECTED_STOP_REASONS),
         }
@@ -173,14 +168,14 @@ def _table(spec: PackSpec, rng: random.Random) -> str:
              "|---|" + "---:|" * len(headers)]
     for label, value in zip(spec.labels, spec.values):
         cells = [cell(rng) for _, cell in columns]
-        cells.insert(value_at, fmt(value) + pct)
+        cells.insert(value_at, number_text(value) + pct)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _rule(spec: PackSpec) -> tuple[str, str]:
     """(front matter, rule section body) for the drawn rule format."""
-    a, f = fmt(spec.average_gte), fmt(spec.every_batch_gte)
+    a, f = number_text(spec.average_gte), number_text(spec.every_batch_gte)
     zh, form = spec.draws["language"] == "zh", spec.draws["rule_format"]
     if form == "front_matter":
         body = ("阈值见文件开头的 release_rule。两个阈值都包含等于。" if zh else

@@ -5,8 +5,8 @@ ground-truth format.
 Observations: the answer form, the two checks of the release rule, the verdict phrases, hints, and
 the expectations on the calculator's average and the chart (with the re-ask grammar that fixes the
 arithmetic). A pack's own ``task.json`` fields replace any of them (``TaskSpec.family``). The
-knowledge tool reads the record (``tools/records.py``) and shows it to the model; only what a Final
-over it must say lives here.
+knowledge tool reads the record and shows it to the model with ``record.py``; only what a Final over
+it must say lives here.
 
 ``expected_checks`` translates an ``expected.json`` in the first round's format (the record's
 values, the calculator value, the plot, the Final's numbers and verdict) into the generic grading
@@ -19,7 +19,8 @@ import re
 from typing import Any, Mapping
 
 from agent.contracts.decision import Observation
-from agent.tools.knowledge import lowest_group, render_number
+from agent.tools.records import lowest_group
+from agent.util.number_text import short_text
 
 _FORMS = {
     "en": ("The average is {number} and the lowest value is {number}. "
@@ -98,8 +99,9 @@ def _mean_pattern(batches: dict[str, int | float]) -> str:
     """The average's expression: the observed values in the order observed, summed in parentheses
     and divided by their count, in the one layout models write (``(72 + 78) / 2``). Asked again, the
     model has nothing left to choose, so every token is forced and evaluated at prompt speed instead
-    of sampled one at a time: optional spaces would leave each one a choice."""
-    values = r" \+ ".join(re.escape(render_number(v)) for v in batches.values())
+    of sampled one at a time: optional spaces would leave each one a choice. Each value is written as
+    the rendered record shows it (``record.render``), which is what the model copies."""
+    values = r" \+ ".join(re.escape(short_text(v)) for v in batches.values())
     return rf"^\({values}\) / {len(batches)}$"
 
 
