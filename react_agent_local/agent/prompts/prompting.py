@@ -25,6 +25,7 @@ from typing import Any, Literal
 from agent.contracts.decision import Observation
 from agent.contracts.task import AnswerGuide
 from agent.tools import ToolRegistry
+from agent.util.number_text import number_text
 from agent.util.paths import PACKAGE_ROOT
 
 PROMPTS_DIR = PACKAGE_ROOT / "prompts"
@@ -470,7 +471,7 @@ def _worked_checks(guide: AnswerGuide, resolved: list[tuple[str, float | None, s
                    ) -> tuple[list[tuple[str, str, str | None]], str | None]:
     """Each check whose sides the evidence gives: (label, "64 >= 70 is False", the right side's
     name); and the verdict the pack declares (every check must hold) once every check is worked out."""
-    statements = [(label, f"{_number_text(left)} {op} {_number_text(right)} is {holds}", check.right_label)
+    statements = [(label, f"{number_text(left)} {op} {number_text(right)} is {holds}", check.right_label)
                   for check, (label, left, op, right, holds) in zip(guide.checks, resolved)
                   if left is not None and right is not None]
     verdict = None
@@ -479,6 +480,3 @@ def _worked_checks(guide: AnswerGuide, resolved: list[tuple[str, float | None, s
         verdict = guide.verdict.positive[0] if met else guide.verdict.negative[0]
     return statements, verdict
 
-
-def _number_text(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
