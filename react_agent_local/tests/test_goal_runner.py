@@ -106,3 +106,28 @@ def test_over_a_socket_a_goal_run_and_its_revert(tmp_path):
         assert repo.right in (repo.root / repo.source).read_text()
         assert client.post(f"/agent/runs/{run_id}/revert", json={}).status_code == 200
     assert (repo.root / repo.source).read_text() == before
+
+
+def test_a_goal_jobs_run_finished_comes_after_its_changes_are_recorded(tmp_path):
+    """The store makes a job terminal on its ``run.finished``: by then the changes must be on disk, or
+    a page that polls until the run finished asks for its diff and finds none."""
+    from agent.coding.goal_run import goal_job, job_changes
+
+    repo = make_repo(tmp_path, 41, config="pytest.ini")
+    run_dir = tmp_path / "runs" / "job-1"
+    (run_dir / "artifacts").mkdir(parents=True)
+    seen = []
+
+    def fake_run(pack, policy, budgets, *, sink, **kwargs):
+        (repo.root / repo.source).write_text((repo.root / repo.source).read_text().replace(repo.wrong, repo.right))
+        sink({"type": "run.finished", "status": "completed"})
+        return "outcome"
+
+    def sink(event):
+        if event["type"] == "run.finished":
+            seen.append(job_changes(run_dir)["changes"])
+
+    assert goal_job(repo.root, "fix the failing test", fake_run, None)(None, None, None, sink=sink,
+                                                                       artifact_dir=run_dir / "artifacts") == "outcome"
+    assert len(seen) == 1 and seen[0] is not None
+    assert [f["path"] for f in seen[0]["files"]] == [repo.source]

@@ -59,16 +59,30 @@ class _Refused:
 def goal_job(root: Path, goal: str, run_pack: Callable[..., Any], budgets: Any) -> Callable[..., Any]:
     """A job store run function (``job_store.RunFunction``) for a goal on the operator's folder
     ``root``: the store's pack argument is ignored (the task is found), and the request's own
-    ``budgets`` are used (its explicitly set fields over what the task needs)."""
+    ``budgets`` are used (its explicitly set fields over what the task needs). The run's
+    ``run.finished`` reaches the store only once the changes are recorded: a page that sees the run
+    finished finds its diff."""
     def run(_pack: Any, policy: Any, _budgets: Any, **kwargs: Any) -> Any:
         from agent.coding.workspace import WorkspaceUnavailable
 
         run_dir = Path(kwargs["artifact_dir"]).parent
+        sink, finished = kwargs.pop("sink", None), []
+
+        def holding(event: dict[str, Any]) -> None:
+            if event.get("type") == "run.finished":
+                finished.append(event)
+            elif sink is not None:
+                sink(event)
+
         try:
-            done = run_goal(root, goal, run_dir, lambda pack: run_pack(pack, policy, budgets, **kwargs))
+            done = run_goal(root, goal, run_dir, lambda pack: run_pack(pack, policy, budgets, sink=holding, **kwargs))
         except (GoalRefused, WorkspaceUnavailable) as exc:
             return _Refused(RunResult(status="failed", stop_reason="runtime_error",
                                       error=ToolErrorInfo(code=exc.code, message=exc.message[:300])), [])
+        finally:
+            for event in finished:
+                if sink is not None:
+                    sink(event)
         assert done is not None
         return done.outcome
     return run
