@@ -10,10 +10,11 @@ The decisions follow from the evidence and the wording by the rules in ``claims.
 where no guide is declared, the guide is the one the default family offers, as ``TaskPack.guide`` builds it
 for a pack that declares nothing.
 
-An answer may instead list the ``claims`` it makes (the value of a row's cell, the lowest row, a
-threshold, a statistic of a column, a signed change, a list under a condition, a count): its decision
-and its kinds of false claim are then worked out here, from the evidence set's own tables and
-computations (``expected_of``), not typed in, and the gate must reach the same.
+An answer may instead list the ``claims`` it makes (the value of a row's cell, the lowest row, the
+highest or lowest value of a column, a threshold, a statistic of a column, its spread, a signed
+change, a list under a condition, a count, the computation a number rests on): its decision and its
+kinds of false claim are then worked out here, from the evidence set's own tables and computations
+(``expected_of``), not typed in, and the gate must reach the same.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import statistics
 
 CORPUS = Path(__file__).parent / "claims_corpus.jsonl"
 KINDS = {"number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict",
-         "unanswered", "binding", "statistic", "sign", "list", "count"}
+         "unanswered", "binding", "statistic", "sign", "list", "count", "computation"}
 
 
 # -- the expected decision of an answer that lists its claims, from the evidence alone ----------------
@@ -67,6 +68,31 @@ def _differences(evidence: dict[str, Any]) -> list[float]:
             if o["tool"] == "calculator" and " - " in o["result"]["expression"]]
 
 
+_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
+
+
+def _sound(expression: str, evidence: dict[str, Any]) -> bool:
+    """A calculator expression (of plain numbers) computes with what the task and the evidence give:
+    each sum of table cells is one column's cells, each once; every literal is a number of the goal
+    (or a percentage's factor ``1 + p/100``), of a non-calculator Observation, a mean's count or 0, 1,
+    2, 100; a factor multiplied in a row repeats a number of times the goal states."""
+    goal = [float(v) for v in _LITERAL.findall(evidence["goal"])]
+    given = set(goal) | {v / 100 for v in goal} | {1 + v / 100 for v in goal} | {0.0, 1.0, 2.0, 100.0}
+    given |= {float(v) for o in evidence["observations"] if o["tool"] != "calculator"
+              for v in _LITERAL.findall(json.dumps(o["result"]))}
+    columns = [Counter(values.values()) for t in _tables(evidence) for values in t.values()]
+    cells = {v for c in columns for v in c}
+    for group in re.findall(r"\(([^()]*)\)", expression) + [expression]:
+        terms = [float(t) for t in group.split("+")] if re.fullmatch(r"[\d.\s+]+", group) and "+" in group else []
+        if terms and all(t in cells for t in terms) and not any(c >= Counter(terms) for c in columns):
+            return False
+    counts = {float(len(g.split("+"))) for g in re.findall(r"\(([^()]*)\)\s*/", expression)}
+    if any(float(v) not in given | counts for v in _LITERAL.findall(expression)):
+        return False
+    repeats = [len(m.group(0).split("*")) for m in re.finditer(r"(\d+(?:\.\d+)?)(?:\s*\*\s*\1(?![\d.])){2,}", expression)]
+    return all(float(n) in goal for n in repeats)
+
+
 def _meets(column: dict[str, float], op: str, threshold: float) -> set[str]:
     ops = {"<": lambda v: v < threshold, "<=": lambda v: v <= threshold, ">": lambda v: v > threshold,
            ">=": lambda v: v >= threshold}
@@ -86,6 +112,19 @@ def _failed_kind(claim: dict[str, Any], evidence: dict[str, Any]) -> str | None:
         ok = any(t[claim["column"]][claim["row"]] == pick(t[claim["column"]].values())
                  for t in tables if claim["row"] in t.get(claim["column"], {}))
         return None if ok else "binding"
+    if kind == "extreme":  # the highest or lowest value of a column, no row named
+        pick = min if claim["which"] == "min" else max
+        ok = any(_near(claim["stated"], pick(t[claim["column"]].values())) for t in tables if claim["column"] in t)
+        return None if ok else "binding"
+    if kind == "spread":  # the highest minus the lowest of a column
+        ok = any(_near(claim["stated"], max(c.values()) - min(c.values())) for t in tables
+                 if (c := t.get(claim["column"])))
+        return None if ok else "statistic"
+    if kind == "rests":  # the computation whose value the answer states (either sign) is sound
+        size = claim["stated"].lstrip("-")
+        on = [o["result"]["expression"] for o in evidence["observations"]
+              if o["tool"] == "calculator" and _near(size, abs(o["result"]["value"]))]
+        return None if on and all(_sound(e, evidence) for e in on) else "computation"
     if kind == "threshold":
         prose = " ".join(t["prose"] for o in evidence["observations"] for t in o["result"].get("tables", []))
         rules = [float(v) for v in re.findall(r"^- [^:\n]+:\s*([\d.]+)\s*$", prose, re.MULTILINE)]

@@ -39,6 +39,9 @@ NAMES = ["Oslo", "Quito", "Lima"]
     # letters standing for values, with words and a grounded number around them (a 0.5B follow-up)
     ("X >= Y is False, because Quito gives 66.5; the floor is not met.", "compares letters"),
     ("Quito is lowest at 66.5: a < b holds, 3.5 short.", "compares letters"),
+    # a comparison in words with one side only, and the truth it claims
+    ("大于等于 2765932 是 True", "only a comparison"),
+    ("At least 70 is true.", "only a comparison"),
 ])
 def test_a_final_that_answers_nothing_is_named(answer, missing):
     found = unanswered(answer, GOAL, [], NAMES)
@@ -49,6 +52,7 @@ def test_a_final_that_answers_nothing_is_named(answer, missing):
     "Quito is the lowest office at 66.5, 3.5 points below the floor of 70.",
     "Quito: 66.5 < 70, so it is 3.5 points short.",
     "2602418 + 2820787 = 5423205",  # an equation states its result
+    "Quito is at least 3.5 points below the floor: 66.5 < 70 is True.",  # words around the comparison
 ])
 def test_a_final_that_answers_is_not(answer):
     goal = GOAL if not answer[0].isdigit() else "Add the two populations with the calculator."

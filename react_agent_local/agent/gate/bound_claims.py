@@ -3,11 +3,14 @@
 Grounding (``claims.py``) asks whether a number is somewhere in the evidence; this module asks
 whether it is the number of what the words beside it name (``evidence_tables.py`` reads the
 evidence). Each number is read with its *phrase*: the words before it back to the previous number or
-the start of its clause. By what that phrase names:
+the start of its clause, an aside in brackets left out (``the change (June's mean minus May's) is
+-1.33``). By what that phrase names:
 
 * **binding** -- a row label of a cited table (``Middle East``), with a column's name or not: the
   number is that row's value (in that column), exactly or rounded as written; with an extremum word
-  (``lowest``, ``最高``) the row must also hold that extremum of the column. A threshold word
+  (``lowest``, ``最高``) the row must also hold that extremum of the column. An extremum word with
+  no row (``the highest site value is 83``, ``最低值为69.5``): the number is that extremum of a
+  column of a cited complete table (or a computed max/min). A threshold word
   (``floor``, ``threshold``, ``门槛``) with no row: the number is one of the record's thresholds
   (its rules, a ``name: number`` line of its prose), a number of a sentence that uses the word, or
   a number of the goal;
@@ -15,7 +18,10 @@ the start of its clause. By what that phrase names:
   ``中位数``, ``平均``, ``合计``, ``占比``, ``变化``...): the number is a computation of that kind cited
   (a calculator expression's outermost operation, a query's aggregate) or that statistic of a
   cited table's column, which the runtime works out itself; the value of another statistic stated
-  under the word, or a number no reading gives, is refused;
+  under the word, or a number no reading gives, is refused. A spread's word (``spread``, ``range``,
+  ``极差``, or a difference of the highest and the lowest: ``最高与最低的差距``) is the highest minus
+  the lowest of a column of a cited complete table -- not any difference computed (``100 - 72``) --
+  unless a condition or a limit governs it (``a spread of at most 12``);
 * **sign** -- a change verb carries the sign (``fell by 1.33``, ``下降了1.33`` state -1.33; ``rose``,
   ``上升`` +1.33); a gap word (``falls short by``, ``差距``) states a size, either sign. A change stated
   against the sign of its computation is refused;
@@ -65,7 +71,7 @@ def _words(*items: str) -> re.Pattern[str]:
     return re.compile("|".join(parts), re.IGNORECASE)
 
 
-Statistic = Literal["mean", "median", "sum", "ratio", "difference", "increase", "decrease", "gap"]
+Statistic = Literal["mean", "median", "sum", "ratio", "spread", "difference", "increase", "decrease", "gap"]
 
 _GAP = _words("short", "shortfall", "falls short", "gap", "margin", "behind", "below by", "above by",
               "exceeds? by", "差距", "缺口", "不足", "相差", "差", "高出", "超出")
@@ -77,8 +83,9 @@ _STATISTICS: tuple[tuple[Statistic, re.Pattern[str]], ...] = (
     ("decrease", _words("fell", "fallen", "falls", "fall", "dropped", "drops", "drop", "decreased", "decreases",
                         "decrease", "declined", "declines", "decline", "down by", "lower by", "shrank", "worsened",
                         "下降", "减少", "降低", "下跌", "少了", "降了", "跌")),
-    ("difference", _words("change", "changed", "changes", "difference", "differs", "spread", "range", "delta",
-                          "变化", "差值", "差额", "极差", "之差", "变动")),
+    ("spread", _words("spread", "range", "极差", "全距")),
+    ("difference", _words("change", "changed", "changes", "difference", "differs", "delta", "变化", "差值", "差额",
+                          "之差", "变动")),
     ("median", _words("median", "中位数", "中位值")),
     ("mean", _words("average", "averages", "mean", "avg", "平均", "均值")),
     ("sum", _words("total", "sum", "combined", "altogether", "in all", "合计", "总和", "总计", "一共", "共计",
@@ -88,15 +95,21 @@ _STATISTICS: tuple[tuple[Statistic, re.Pattern[str]], ...] = (
 )
 #: statistic -> the kinds of computation (``evidence_tables.Quantity``) that give it
 _GIVES = {"mean": {"mean"}, "median": {"median"}, "sum": {"sum", "product", "count", "value"}, "ratio": {"ratio"},
-          "difference": {"difference"}, "increase": {"difference"}, "decrease": {"difference"},
+          "spread": set(), "difference": {"difference"}, "increase": {"difference"}, "decrease": {"difference"},
           "gap": {"difference"}}
-_STAT_NAMES = {"mean": "average", "median": "median", "sum": "total", "ratio": "ratio/share",
+_STAT_NAMES = {"mean": "average", "median": "median", "sum": "total", "ratio": "ratio/share", "spread": "spread",
                "difference": "difference/change", "increase": "increase", "decrease": "decrease", "gap": "gap"}
 _BASE = re.compile(r"(?:\bper|每)\s*$", re.IGNORECASE)
 _LEVEL = re.compile(r"(?:\bto|\bat|到|至|为|是)\s*$", re.IGNORECASE)  # "fell to 69.5" states a level, not a change
 _EXTREMUM = {"min": _words("lowest", "smallest", "least", "minimum", "worst", "最低", "最小", "最少", "最差"),
              "max": _words("highest", "largest", "greatest", "most", "maximum", "best", "top", "最高", "最大",
                            "最多", "最好")}
+#: the extremum words a row-less number is checked under (not "most", "least", "best": prose uses them freely)
+_EXTREME = {"min": _words("lowest", "smallest", "minimum", "min", "最低", "最小"),
+            "max": _words("highest", "largest", "greatest", "maximum", "max", "最高", "最大")}
+_MINUS_WORD, _ABBREVIATED = _words("minus", "减去", "减(?!少)"), _words("max", "min")
+_FROM = re.compile(r"(?:\bfrom|\bbetween|从|介于)\s*$", re.IGNORECASE)  # "range from 72 to 84": levels
+_ASIDE = re.compile(r"[(（][^()（）]*[)）]")  # words in brackets, left out of a number's phrase
 _ORDINAL = _words("second", "third", "fourth", "2nd", "3rd", "next", "第二", "第三", "次")
 _THRESHOLD = _words("floor", "threshold", "cutoff", "cut-off", "target", "bar", "requirement", "required level",
                     "limit", "门槛", "下限", "上限", "阈值", "标准线", "目标值", "最低要求", "底线", "及格线", "要求")
@@ -147,18 +160,25 @@ def _find_name(text: str, name: str) -> list[int]:
 
 def _last_stat_at(phrase: str) -> tuple[int, Statistic] | None:
     """Where the statistic whose word stands last in ``phrase`` stands, and which (a gap word wins over
-    a change verb it holds: 'falls short by')."""
-    best: tuple[int, Statistic] | None = None
+    a change verb it holds: 'falls short by'; a spread's word over the gap word inside it: '极差')."""
+    best: tuple[int, int, Statistic] | None = None
     for stat, pattern in _STATISTICS:
         for match in pattern.finditer(phrase):
-            if best is None or match.start() > best[0] or (stat == "gap" and match.start() >= best[0] - 6):
-                best = (match.start(), stat)
-    return best
+            if best is None or match.start() > best[0] or (stat == "gap" and match.start() >= best[0] - 6) or (
+                    stat == "spread" and match.start() <= best[0] and best[1] <= match.end()):
+                best = (match.start(), match.end(), stat)
+    return (best[0], best[2]) if best else None
 
 
 def _last_stat(phrase: str) -> Statistic | None:
     found = _last_stat_at(phrase)
     return found[1] if found else None
+
+
+def _spread_pair(phrase: str) -> bool:
+    """The highest and the lowest with a difference's word: 'highest minus lowest', '最高与最低的差距'."""
+    return all(p.search(phrase) for p in _EXTREME.values()) and bool(
+        _last_stat(phrase) in ("difference", "gap") or _MINUS_WORD.search(phrase))
 
 
 def _last_at(pattern: re.Pattern[str], text: str) -> int:
@@ -203,14 +223,26 @@ class Stated:
         return match if match and match.start() == 0 else None
 
 
+def _words_before(answer: str, numbers: list[Number], i: int) -> str:
+    """The words back to the previous number outside the asides before the ``i``th, asides left out."""
+    ends, depth, at = {n.end for n in numbers[:i]}, 0, numbers[i].start
+    while at > 0 and not (depth == 0 and at in ends):
+        at -= 1
+        depth = depth + 1 if answer[at] in ")）" else max(depth - 1, 0) if answer[at] in "(（" else depth
+    text = answer[at:numbers[i].start]
+    while _ASIDE.search(text):
+        text = _ASIDE.sub(" ", text)
+    return text
+
+
 def _stated(answer: str) -> list[Stated]:
     numbers = read_numbers(answer)
     out = []
     for i, number in enumerate(numbers):
-        start = numbers[i - 1].end if i else 0
-        text = answer[start:number.start]
-        cut = [m.end() for m in _CLAUSE.finditer(text)]
-        phrase = text[cut[-1]:] if cut else text
+        text = answer[numbers[i - 1].end if i else 0:number.start]
+        words = _words_before(answer, numbers, i)
+        cut = [m.end() for m in _CLAUSE.finditer(words)]
+        phrase = words[cut[-1]:] if cut else words
         pieces = _PIECE.split(phrase)
         following = answer[number.end:numbers[i + 1].start if i + 1 < len(numbers) else len(answer)]
         arithmetic = bool(_OPERAND_BEFORE.search(text) or _OPERAND_AFTER.match(following))
@@ -239,6 +271,10 @@ def _named_column(phrase: str, columns: list[str]) -> str | None:
     return best[1] if best else None
 
 
+def _named_columns(texts: list[str], columns: list[str]) -> set[str]:  # every column the texts name, as keys
+    return {key(c) for c in columns for text in texts for name in {c, core_name(c)} if _find_name(text, name)}
+
+
 def _without_columns(phrase: str, columns: list[str]) -> str:
     """``phrase`` with every column name it writes blanked (a column's own 'Median reply time' is no
     statistic's word)."""
@@ -265,7 +301,7 @@ def _row_values(evidence: Evidence, label: str, column: str | None) -> list[tupl
 
 
 def _binding(stated: Stated, evidence: Evidence, labels: list[str], columns: list[str], whole: bool,
-             goal_numbers: list[float]) -> Failure | None:
+             goal_numbers: list[float], goal: str) -> Failure | None:
     number, phrase = stated.number, stated.phrase
     if stated.arithmetic or _OPERATOR.search(stated.piece):
         return None  # arithmetic or a comparison's side: not a value stated for a name
@@ -287,6 +323,11 @@ def _binding(stated: Stated, evidence: Evidence, labels: list[str], columns: lis
                            + f", but the evidence gives {row}: {shown} ({cells[0][0].obs_id})")
         return _extremum(number, row, plain, cells, whole)
     stat = _last_stat_at(_without_columns(stated.piece, columns))
+    which = [w for w, pattern in _EXTREME.items() if pattern.search(stated.piece)]
+    if len(which) == 1 and stat is None and not _THRESHOLD.search(stated.piece) and not _ORDINAL.search(phrase) \
+            and not _spread_pair(plain):
+        asked = _named_columns([stated.piece, goal], columns)
+        return _extreme_value(number, which[0], evidence, asked, whole, stated.piece)
     named = stated.threshold_after() or (
         _THRESHOLD.search(stated.piece) if not stated.gap_after() and (
             stat is None or _last_at(_THRESHOLD, stated.piece) > stat[0]) else None)
@@ -301,6 +342,24 @@ def _binding(stated: Stated, evidence: Evidence, labels: list[str], columns: lis
         return Failure("binding", f"the answer states {number.text} as the {word}, but no {word} of "
                        f"{number.text} is in the evidence" + (f"; its thresholds are {rules}" if rules else ""))
     return None
+
+
+def _extreme_value(number: Number, which: str, evidence: Evidence, named: set[str], whole: bool,
+                   piece: str) -> Failure | None:
+    """A number stated under an extremum word and no row: that extremum of a complete table's column
+    (of a column named, where any is), a computed one, or under 'max'/'min' a rule's ('a max of 12')."""
+    pick = min if which == "min" else max
+    found = [(pick(v for _, v in values), t, col, values) for t in evidence.complete_tables() for col in t.columns
+             if (not named or key(col) in named)
+             and len(values := [(label, cells[col]) for label, cells in t.rows if col in cells]) >= 2]
+    rules = list(evidence.thresholds.values()) if _ABBREVIATED.search(piece) else []
+    known = [c.value for c in evidence.computations if c.kind == which] + rules
+    if not found or grounded(number, [v for v, *_ in found] + known, whole=whole):
+        return None
+    value, table, col, values = max(found, key=lambda f: len({v for _, v in f[3]}) > 1)
+    word, label = "lowest" if which == "min" else "highest", next(label for label, v in values if v == value)
+    return Failure("binding", f"the answer states {number.text} as the {word} value, but the {word} "
+                   f"{core_name(col) or 'value'} is {fmt(value)} ({label}, {table.obs_id})")
 
 
 def _extremum(number: Number, row: str, phrase: str, cells: list[tuple[Table, str, float]],
@@ -330,12 +389,14 @@ def _extremum(number: Number, row: str, phrase: str, cells: list[tuple[Table, st
 # -- statistics and signs --------------------------------------------------------------------------
 
 
-def _column_statistics(evidence: Evidence, stat: Statistic) -> list[tuple[float, str]]:
+def _column_statistics(evidence: Evidence, stat: Statistic, named: set[str] = frozenset()) -> list[tuple[float, str]]:
+    """``stat`` of each column of the complete tables, the ``named`` columns first (a spread: those only,
+    where any is named, since another column's spread is the number of nothing asked)."""
     out = []
-    for table in evidence.tables:
-        if not table.complete:
-            continue
-        for column in table.columns:
+    for table in evidence.complete_tables():
+        for column in sorted(table.columns, key=lambda c: key(c) not in named):
+            if stat == "spread" and named and key(column) not in named:
+                continue
             values = table.column_values(column)
             if len(values) < 2:
                 continue
@@ -346,8 +407,9 @@ def _column_statistics(evidence: Evidence, stat: Statistic) -> list[tuple[float,
                 out.append((statistics.median(values), f"the median {name} of {table.title or table.obs_id}"))
             elif stat == "sum":
                 out.append((float(sum(values)), f"the total {name} of {table.title or table.obs_id}"))
-            elif stat in ("difference", "gap"):
-                out.append((max(values) - min(values), f"the spread of {name} in {table.title or table.obs_id}"))
+            elif stat in ("spread", "difference", "gap"):
+                out.append((max(values) - min(values), f"the spread of {name} in {table.title or table.obs_id} "
+                            f"({fmt(max(values))} - {fmt(min(values))} = {fmt(max(values) - min(values))})"))
     return out
 
 
@@ -365,22 +427,31 @@ def _readings(number: Number, stat: Statistic) -> list[Number]:
 
 
 def _statistic(stated: Stated, evidence: Evidence, columns: list[str], whole: bool,
-               goal_numbers: list[float]) -> Failure | None:
+               goal_numbers: list[float], goal: str = "") -> Failure | None:
     number = stated.number
     phrase = _without_columns(stated.piece, columns)
     found = (len(phrase), "gap") if stated.gap_after() else _last_stat_at(phrase)
     if stated.threshold_after() or found is not None and _last_at(_THRESHOLD, phrase) > found[0]:
         return None  # "short of the floor of 70", "the 72 floor": the threshold's word governs
     stat = found[1] if found else None
+    minus = _MINUS_WORD.search(phrase)
+    if _spread_pair(_without_columns(stated.phrase, columns)):
+        stat, found = "spread", (0, "spread")  # "the highest minus the lowest", "最高与最低的差距"
+    elif found is not None and minus and minus.start() < found[0] and _last_stat_at(phrase[:minus.start()]):
+        stat = "difference"  # "June's average minus May's average is": a difference of two statistics
+    if stat == "spread" and (_FROM.search(phrase) or _EXTREME["max"].search(phrase[:found[0]])
+                             or any(p.search(phrase[found[0]:]) for _, p in _CONDITIONS)):
+        return None  # "range from 72 to 84", "a spread of at most 12", "the maximum spread": a bound
     if stat is None or stated.arithmetic or _OPERATOR.search(stated.piece) or _BASE.search(phrase) \
             or grounded(number, goal_numbers):
         return None  # "per 1,000", "每1000人": a ratio's base; a number the goal gives is no result
     if stat in ("increase", "decrease") and _LEVEL.search(phrase):
         return None  # "fell to 69.5": a level
-    kinds = _GIVES[stat] | ({"ratio"} if number.percent and stat != "mean" else set())  # "增长6.0%": a relative change
+    kinds = _GIVES[stat] | ({"ratio"} if number.percent and stat not in ("mean", "spread") else set())  # "增长6.0%"
+    columns_stat = _column_statistics(evidence, stat, _named_columns([stated.phrase, goal], columns))
+    kinds = kinds if kinds or columns_stat else _GIVES["difference"]  # a spread of no table's column: computed
     computed = [c for c in evidence.computations if c.kind in kinds]
-    candidates = [(c.value, f"{c.text} = {fmt(c.value)} ({c.obs_id})") for c in computed]
-    candidates += _column_statistics(evidence, stat)
+    candidates = [(c.value, f"{c.text} = {fmt(c.value)} ({c.obs_id})") for c in computed] + columns_stat
     readings = _readings(number, stat)
     if any(grounded(r, [v], whole=whole) for r in readings for v, _ in candidates):
         return None
@@ -571,8 +642,8 @@ def bound_problems(answer: str, evidence: Evidence, *, whole: bool, goal_numbers
     for s in stated:
         if s.number.value in skip:
             continue
-        found = _binding(s, evidence, labels, columns, whole, goal_numbers) if labels or evidence.thresholds else None
-        found = found or _statistic(s, evidence, columns, whole, goal_numbers)
+        found = (labels or evidence.thresholds) and _binding(s, evidence, labels, columns, whole, goal_numbers, goal)
+        found = found or _statistic(s, evidence, columns, whole, goal_numbers, goal)
         if found is not None and found not in failures:
             failures.append(found)
     return failures + _named_comparisons(answer, evidence, labels) + _lists(answer, evidence, asks_list, stated, goal)

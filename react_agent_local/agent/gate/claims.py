@@ -35,11 +35,24 @@ any script) and checked, using only the cited successful Observations (and the g
   looked-up fact's name word for word, an answer stating only other facts' values answers another
   question (``attribution.off_question``): a near-namesake ('Porto metro population') is another fact.
 
+* **the computation a number rests on** -- a stated number that is the value (either sign) of a
+  cited calculator computation, and of no sound one, is refused unless that computation is sound
+  (``evidence_tables.py`` reads the expression): none of its sums mixes the cells of several columns
+  or tables, or takes a cell twice (``(69.5 + 80 + 71.5) / 3`` over two months' tables); every
+  literal is a number the run's Observations hold (a calculator's by its value, never its
+  expression's text), the goal or the final hints state, a plain derivation of one (``v / 100``,
+  ``1 ± v / 100``, ``v * 100``), a count (a cited table's rows, another tool's results) or
+  ``0 1 2 100``; and a factor a product repeats three times or more is repeated such a number of
+  times (``1.035`` six times where the task says 7 years). Else the answer rests on a computation of
+  something the question does not ask;
+
 * **the question and what each number is** -- for any pack, declared checks or not: a Final that
   states no answer of the kind the goal asks for (a number, a name, a verdict, the members of a
   list; ``question_kind.py``), or only a bare comparison, or the task's own text, is refused; a
   number stated beside a table's row label, a threshold's word or a statistic's word must be that
-  row's value, a threshold of the record or a computation of that statistic; a change's sign is
+  row's value, a threshold of the record or a computation of that statistic; one stated under an
+  extremum's word (``highest``, ``最低``) or a spread's (``spread``, ``极差``) with no row must be
+  that extremum or spread (highest minus lowest) of a cited table's column; a change's sign is
   read from its word; a list must agree with the condition it states and a count with its list
   (``bound_claims.py`` over the evidence as ``evidence_tables.py`` reads it).
 
@@ -58,7 +71,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Literal, Mapping
 
 from agent.gate.bound_claims import bound_problems, sign_free
-from agent.gate.evidence_tables import read_evidence
+from agent.gate.evidence_tables import Computation, Evidence, read_evidence
 from agent.gate.question_kind import question_kinds, unanswered
 from agent.gate.attribution import (
     is_reference, misattributed, off_question, scaled_readings, sites, without_name_digits
@@ -71,6 +84,7 @@ from agent.gate.numbers import (
 )
 
 SMALL_INTEGER = 10
+CONSTANTS = (0.0, 1.0, 2.0, 100.0)
 
 
 # -- the evidence --------------------------------------------------------------------------------
@@ -167,7 +181,7 @@ def stated_verdict(answer: str, positive: list[str], negative: list[str], *, pat
 
 
 ProblemKind = Literal["number", "attribution", "comparison", "check_missing", "check_value", "verdict", "no_verdict",
-                      "slot", "unanswered", "binding", "statistic", "sign", "list", "count"]
+                      "slot", "unanswered", "binding", "statistic", "sign", "list", "count", "computation"]
 
 
 @dataclass(frozen=True)
@@ -176,6 +190,62 @@ class Problem:
 
     kind: ProblemKind
     text: str
+
+
+# -- the computation a number rests on ---------------------------------------------------------------
+
+
+def _given_numbers(observations: list[Observation], task_texts: list[str], evidence: Evidence) -> list[float]:
+    """The numbers a sound computation may compute with: what the Observations hold (a calculator's
+    value and references, never its expression's text), what the task's texts state, their plain
+    derivations, counts and the constants."""
+    held: list[float] = []
+    for o in (o for o in observations if o.ok):
+        if o.tool != "calculator":
+            held += [r for n in numbers_in(o.result) for r in n.readings()]
+        elif isinstance(o.result, dict):
+            refs = [r.get("value") for r in o.result.get("references") or [] if isinstance(r, dict)]
+            held += [float(v) for v in [o.result.get("value"), *refs] if isinstance(v, (int, float))]
+    held += [r for text in task_texts for n in read_numbers(text) for r in n.readings()]
+    held += [-v for v in held if v < 0]  # a sign is an operator: 17.6 in "13.6 - (-17.6)" is -17.6's
+    # counts: a table's rows, how many results another tool returned (the facts looked up) -- never how
+    # often the calculator ran, which counts no item of the question
+    tools = {o.tool for o in observations if o.ok} - {"calculator"}
+    counts = [float(len(t.rows)) for t in evidence.tables] + [float(sum(o.ok and o.tool == t for o in observations))
+                                                              for t in tools]
+    return held + [d for v in held for d in (v / 100, 1 + v / 100, 1 - v / 100, v * 100)] + counts + list(CONSTANTS)
+
+
+def _unsound(computation: Computation, given: list[float]) -> str:
+    """Why a computation is no sound one (empty when it is)."""
+    if computation.mixed:
+        return f"{computation.obs_id}, whose sum {computation.mixed}"
+    invented = list(dict.fromkeys(o for o in computation.operands
+                                  if not any(grounded(n, given) for n in read_numbers(o)[:1])))
+    repeated = next(((f, n) for f, n in computation.repeats if not any(close(n, g) for g in given)), None)
+    if invented:
+        why = f"computes with {', '.join(invented[:4])}: numbers"
+    elif repeated:
+        why = f"multiplies by {fmt(repeated[0])} {repeated[1]} times: a count"
+    else:
+        return ""
+    return (f"{computation.obs_id}, which {why} neither the task nor any observation gives; compute what the question "
+            "asks with the task's and the evidence's numbers only")
+
+
+def _computation_problems(founded: list[Number], evidence: Evidence, given: list[float], whole: bool) -> list[Problem]:
+    """Each stated number that rests on an unsound calculator computation and on no sound one."""
+    verdicts = [(c, _unsound(c, given)) for c in evidence.computations if c.operands or c.mixed]
+    sound = [c.value for c, why in verdicts if not why] + [v for t in evidence.tables for _, row in t.rows
+                                                         for v in row.values()]
+    problems: list[Problem] = []
+    for number in founded:
+        def rests(values: list[float]) -> bool:
+            return grounded(number, values, whole=whole) or grounded(with_other_sign(number), values, whole=whole)
+        why = next((why for c, why in verdicts if why and rests([c.value])), "")
+        if why and not rests(sound) and all(why not in p.text for p in problems):
+            problems.append(Problem("computation", f"the answer's {number.text} rests on {why}"))
+    return problems
 
 
 # -- bound slots -----------------------------------------------------------------------------------
@@ -322,6 +392,8 @@ def claim_problems(answer: str, evidence: list[Observation], goal: str, guide: A
     # What the answer says each number is, and whether it answers the question (bound_claims.py,
     # question_kind.py): for any pack, declared checks or not.
     tables = read_evidence(evidence)
+    given = _given_numbers(evidence if context is None else context, [goal, *(guide.hints if guide else [])], tables)
+    problems += _computation_problems(founded, tables, given, whole)
     problems += [Problem("unanswered", text) for text in
                  unanswered(answer, goal, guide.hints if guide else [], tables.labels(),
                             verdict_declared=bool(guide and guide.verdict),

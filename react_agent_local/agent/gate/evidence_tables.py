@@ -10,7 +10,14 @@ gives it the evidence in three shapes, read from the results the tools return:
   holds the rows its SQL picked;
 * **computations** -- what the runtime computed: a calculator's ``expression`` and ``value``, each
   numeric cell of a query's result, each with the kind of quantity it is (a mean, a sum, a
-  difference, ...), read from the expression's syntax tree or the SQL's projection;
+  difference, ...), read from the expression's syntax tree or the SQL's projection. Of a calculator
+  expression it also reads what it computes with: its literals as written (not the count a sum
+  of that many terms is divided by, the 3 of ``(a + b + c) / 3``), each factor a product repeats
+  three times or more with how often (a power written out), and whether each of its sums is a sum
+  of one source's cells, each taken once: one column of one table, one row of one table, one row's
+  column across tables, or whole same-named columns of several tables. A sum whose terms are all
+  cells of the cited complete tables and that is none of these (``(69.5 + 80 + 71.5) / 3`` over
+  two months' tables, a cell taken twice) is *mixed*;
 * **thresholds** -- named numbers a record states as rules: a record's ``rules``, a release rule, and
   the ``name: number`` lines of the prose the search returned (``- every_region_gte: 72``).
 
@@ -22,11 +29,14 @@ from __future__ import annotations
 import ast
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal
 
 from agent.contracts.decision import Observation
-from agent.gate.numbers import read_numbers
+from agent.gate.numbers import close, read_numbers
+from agent.tools.base import ToolError
+from agent.tools.calculator import evaluate as calculate, parse as parse_calculation
 
 #: the kind of quantity a computation gives
 Quantity = Literal["mean", "median", "sum", "count", "min", "max", "difference", "ratio", "product", "value"]
@@ -56,6 +66,8 @@ class Table:
     rows: tuple[tuple[str, dict[str, float]], ...]
     #: every row of the table is here (not a sample, not a query's pick)
     complete: bool = True
+    #: the name a calculator reference or a query calls it by (``sql_name``)
+    name: str = ""
 
     def labels(self) -> list[str]:
         return [label for label, _ in self.rows]
@@ -75,6 +87,12 @@ class Computation:
     kind: Quantity
     value: float
     text: str  # the expression, or the SQL's projection for this column
+    #: a calculator expression's literals as written, but the count a mean divides by
+    operands: tuple[str, ...] = ()
+    #: (factor, times) for each factor a product repeats three times or more
+    repeats: tuple[tuple[float, int], ...] = ()
+    #: why one of its sums is no sum of one source's cells (empty when each is)
+    mixed: str = ""
 
 
 @dataclass
@@ -95,6 +113,12 @@ class Evidence:
         found = {key(c): c for t in self.tables for c in t.columns if c.strip()}
         return sorted(found.values(), key=len, reverse=True)
 
+    def complete_tables(self) -> list[Table]:
+        """The complete tables of values, each content once (a search returns a record both as a table
+        and a record); a table of the record's rules (every row a threshold's name) holds no values."""
+        rules = {key(name) for name in self.thresholds}
+        return [t for t in _distinct(self.tables) if not (rules and all(key(label) in rules for label in t.labels()))]
+
 
 def _cell_number(cell: Any) -> float | None:
     if isinstance(cell, bool) or cell is None:
@@ -107,7 +131,8 @@ def _cell_number(cell: Any) -> float | None:
     return None
 
 
-def _table_of_rows(obs_id: str, title: str, columns: list[str], rows: list[list[Any]], complete: bool) -> Table | None:
+def _table_of_rows(obs_id: str, title: str, columns: list[str], rows: list[list[Any]], complete: bool,
+                   name: str = "") -> Table | None:
     if not columns or not rows:
         return None
     # The row label is the first column whose cells are mostly text.
@@ -124,7 +149,7 @@ def _table_of_rows(obs_id: str, title: str, columns: list[str], rows: list[list[
                  and (v := _cell_number(row[i])) is not None}
         out.append((row[label_at].strip(), cells))
     names = tuple(c for i, c in enumerate(columns) if i != label_at)
-    return Table(obs_id, title, names, tuple(out), complete) if out else None
+    return Table(obs_id, title, names, tuple(out), complete, name) if out else None
 
 
 def _knowledge_tables(obs: Observation, result: dict[str, Any]) -> list[Table]:
@@ -135,7 +160,8 @@ def _knowledge_tables(obs: Observation, result: dict[str, Any]) -> list[Table]:
         columns = [str(c.get("name", "")) if isinstance(c, dict) else str(c) for c in table.get("columns") or []]
         rows = [r for r in table.get("rows") or [] if isinstance(r, list)]
         complete = not (isinstance(table.get("rows_total"), int) and table["rows_total"] > len(rows))
-        made = _table_of_rows(obs.id, str(table.get("title") or ""), columns, rows, complete)
+        made = _table_of_rows(obs.id, str(table.get("title") or ""), columns, rows, complete,
+                              str(table.get("sql_name") or ""))
         if made:
             out.append(made)
     records = result.get("records")
@@ -151,7 +177,9 @@ def _knowledge_tables(obs: Observation, result: dict[str, Any]) -> list[Table]:
                 if (number := _cell_number(value)) is not None:
                     groups.setdefault(str(group), {})[str(column)] = number
         if groups:
-            out.append(Table(obs.id, str(record.get("title") or title), tuple(columns), tuple(groups.items())))
+            source = str(record.get("source_id") or "").rsplit(".", 1)[0]
+            out.append(Table(obs.id, str(record.get("title") or title), tuple(columns), tuple(groups.items()),
+                             name=source))
     batches = (result.get("data") or {}).get("batches") if isinstance(result.get("data"), dict) else None
     if isinstance(batches, dict) and batches:
         rows = tuple((str(g), {"": float(v)}) for g, v in batches.items() if _cell_number(v) is not None)
@@ -237,6 +265,112 @@ def expression_kind(expression: str) -> Quantity:
     return "value"
 
 
+def _chains(node: ast.AST, op: type, out: list[list[ast.AST]]) -> list[list[ast.AST]]:
+    """Every maximal chain of ``op`` in the tree (``a + b + c`` is one chain of three terms)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, op):
+        def flat(n: ast.AST) -> list[ast.AST]:
+            return flat(n.left) + flat(n.right) if isinstance(n, ast.BinOp) and isinstance(n.op, op) else [n]
+        out.append(flat(node))
+        for term in out[-1]:
+            _chains(term, op, out)
+    else:
+        for child in ast.iter_child_nodes(node):
+            _chains(child, op, out)
+    return out
+
+
+#: one term of a sum: its value, and the cell a reference names (table, row, column), if any
+Term = tuple[float, tuple[str, str, str] | None]
+
+
+def calculation_parts(expression: str, references: list[Any]) -> tuple[tuple[str, ...], tuple[tuple[float, int], ...],
+                                                                       list[list[Term]]]:
+    """What a calculator expression computes with: its literals as written (not the count a sum of
+    that many terms is divided by), the factors a product repeats three times or more, and each sum
+    whose terms are all literals or cell references."""
+    try:
+        tree, source = parse_calculation(expression)
+    except ToolError:
+        return (), (), []
+    divisors = {id(n.right) for n in ast.walk(tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)
+                and _constant(n.right) == _terms(n.left) > 1}
+    literals = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in divisors),
+                      key=lambda n: n.col_offset)
+    operands = tuple(ast.get_source_segment(source, n) or repr(n.value) for n in literals)
+
+    def value(node: ast.AST) -> float | None:
+        try:
+            return float(calculate(ast.get_source_segment(source, node) or ""))
+        except ToolError:
+            return None  # a reference (or nothing the calculator reads alone)
+
+    repeats = []
+    for factors in _chains(tree.body, ast.Mult, []):
+        counts = Counter(v for f in factors if (v := value(f)) is not None and abs(v) != 1 and v != 0)
+        repeats += [(v, n) for v, n in counts.items() if n >= 3]
+    sums: list[list[Term]] = []
+    for terms in _chains(tree.body, ast.Add, []):
+        read: list[Term] = []
+        for term in terms:  # a reference is a placeholder r0, r1, ... in the order of ``references``
+            at = int(term.id[1:]) if isinstance(term, ast.Name) and term.id[1:].isdigit() else len(references)
+            ref = references[at] if at < len(references) and isinstance(references[at], dict) else {}
+            if ref.get("kind") == "cell" and _cell_number(ref.get("value")) is not None:
+                read.append((float(ref["value"]), (str(ref.get("table")), str(ref.get("row")), str(ref.get("column")))))
+            elif (number := _constant(term)) is not None:
+                read.append((number, None))
+            else:
+                break
+        else:
+            sums.append(read)
+    return operands, tuple(repeats), sums
+
+
+def _mixed(terms: list[Term], tables: list[Table]) -> str:
+    """Why the sum of ``terms`` is no sum of one source's cells, each once (empty when it is one, or
+    when a term is no cell of ``tables``)."""
+    cells = [(t, label, col, v) for t in tables for label, row in t.rows for col, v in row.items()]
+    places = [[c for c in cells if close(c[3], v) and (at is None or (key(at[0]) == key(c[0].name) and key(at[1])
+               == key(c[1]) and key(core_name(at[2])) == key(core_name(c[2]))))] for v, at in terms]
+    if not terms or not all(places):
+        return ""
+    wanted = Counter(round(v, 9) for v, _ in terms)
+    # one column of one table, one row of one table, one row's column across tables
+    sources = [lambda c: (id(c[0]), c[2]), lambda c: (id(c[0]), key(c[1])), lambda c: (key(c[1]), key(core_name(c[2])))]
+    for source in sources:
+        for group in {source(c) for c in places[0]}:
+            held = Counter(round(c[3], 9) for c in cells if source(c) == group)
+            if all(held[v] >= n for v, n in wanted.items()):
+                return ""
+    for column in {key(core_name(c[2])) for c in cells}:  # whole same-named columns of several tables
+        whole = [c for c in cells if key(core_name(c[2])) == column]
+        if len({id(c[0]) for c in whole}) > 1 and Counter(round(c[3], 9) for c in whole) == wanted:
+            return ""
+    holders = Counter((id(c[0]), c[2]) for options in places for c in {(id(o[0]), o[2]): o for o in options}.values())
+    shown = [(next(t for t in tables if id(t) == table_id), col) for (table_id, col), _ in holders.most_common(2)]
+    held = "; ".join(f"{core_name(col) or 'value'} of {t.title or t.obs_id} holds "
+                     + ", ".join(_fmt(v) for v in t.column_values(col)) for t, col in shown)
+    (table, col), most = shown[0], holders.most_common(1)[0][1]
+    named = (table.name or table.title, core_name(col)) if most > 1 else ("table", "column")
+    return (" + ".join(_fmt(v) for v, _ in terms) + f" takes cells of several columns or tables, or a cell twice "
+            f"({held}); a column's statistic takes each of its cells once: mean(col('{named[0]}', '{named[1]}')), "
+            "or a table_query")
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _distinct(tables: list[Table]) -> list[Table]:
+    """The complete tables, each content once (a search returns a record both as a table and a record)."""
+    seen, out = set(), []
+    for t in tables:
+        signature = frozenset((key(label), key(core_name(c)), v) for label, row in t.rows for c, v in row.items())
+        if t.complete and signature not in seen:
+            seen.add(signature)
+            out.append(t)
+    return out
+
+
 _SQL_AGGREGATES: dict[str, Quantity] = {"avg": "mean", "mean": "mean", "sum": "sum", "median": "median",
                                         "count": "count", "min": "min", "max": "max"}
 
@@ -289,13 +423,16 @@ def _query(obs: Observation, result: dict[str, Any]) -> tuple[list[Computation],
 def read_evidence(observations: Iterable[Observation]) -> Evidence:
     """The successful ``observations`` as tables, computations, thresholds and prose."""
     evidence = Evidence()
+    pending: list[tuple[int, list[list[Term]]]] = []
     for obs in observations:
         result = obs.result if obs.ok and isinstance(obs.result, dict) else None
         if result is None:
             continue
         if isinstance(result.get("expression"), str) and _cell_number(result.get("value")) is not None:
+            operands, repeats, sums = calculation_parts(result["expression"], list(result.get("references") or []))
             evidence.computations.append(Computation(obs.id, expression_kind(result["expression"]),
-                                                     float(result["value"]), result["expression"]))
+                                                     float(result["value"]), result["expression"], operands, repeats))
+            pending.append((len(evidence.computations) - 1, sums))
         if isinstance(result.get("sql"), str) and isinstance(result.get("rows"), list):
             computed, table = _query(obs, result)
             evidence.computations += computed
@@ -304,4 +441,9 @@ def read_evidence(observations: Iterable[Observation]) -> Evidence:
         evidence.tables += _knowledge_tables(obs, result)
         evidence.thresholds.update(_thresholds(result))
         evidence.prose += _prose(result)
+    tables = evidence.complete_tables()
+    for at, sums in pending:  # a sum is judged against every cited table, wherever it was read
+        why = next((w for terms in sums if (w := _mixed(terms, tables))), "")
+        if why:
+            evidence.computations[at] = replace(evidence.computations[at], mixed=why)
     return evidence

@@ -9,8 +9,9 @@ The claim gate (``claims.py``), the grader (``metrics.py``) and the calculator's
 * thousands separators: ``,`` (``8,189,137``), a no-break or thin space (always), a plain space only
   with at least two groups (``8 189 137``; ``12 345`` stays two numbers), and the full-width ``，``
   only between full-width digits (``72，78`` is a list);
-* a sign: ``-``, the Unicode minus ``−`` or the full-width ``－`` right before the digits, unless a
-  digit, ``)`` or ``%`` comes before it (then it subtracts: ``80-68``);
+* a sign: ``-``, the Unicode minus ``−``, the full-width ``－`` or the word ``负`` right before the
+  digits (``负4.00`` is -4.00), unless a digit, ``)`` or ``%`` comes before it (then it subtracts:
+  ``80-68``);
 * a multiplier: ``万`` (10⁴), ``亿`` (10⁸), ``万亿`` (10¹²), ``thousand``, ``million``, ``billion``;
 * a percent: ``%``, ``％`` or ``percent`` -- the value stays as written (12.5 for ``12.5%``) and
   ``percent`` says it stands for 0.125 too.
@@ -63,7 +64,7 @@ def normalize(text: str) -> str:
         digit = _ascii_digit(ch)
         if digit is not None:
             out.append(digit)
-        elif ch in _MINUS:
+        elif ch in _MINUS or ch == "负" and i + 1 < len(text) and _ascii_digit(text[i + 1]) is not None:
             out.append("-")
         elif ch in _OPERATORS:
             out.append(_OPERATORS[ch])

@@ -3,8 +3,9 @@
 ``question_kinds`` reads the goal's own words, English or Chinese, by general cues of a question
 (``how many``/``多少``/``几个``, ``which``/``哪个``/``哪些``, ``whether``/``是否``, ``by how much``/
 ``变化了多少``, ``compute``/``计算``); ``unanswered`` says what a Final leaves out: a Final whose
-only claims are bare comparisons (``70 >= 66 is True``) or comparisons of letters standing for
-values (``X >= Y is False``), that repeats the task's own text (its goal,
+only claims are bare comparisons (``70 >= 66 is True``), a comparison written in words with one
+side only (``大于等于 2765932 是 True``, ``at least 70 is true``) or comparisons of letters standing
+for values (``X >= Y is False``), that repeats the task's own text (its goal,
 a hint, the answer form with its slots unfilled), or that states no number where a number is asked,
 no name from the evidence where a name is, no verdict where a verdict is, answers nothing.
 
@@ -47,6 +48,10 @@ _NONE = re.compile(r"\bnone\b|\bno\s+\w+|\bnot\s+any\b|没有|无|均未|都不"
 _PLACEHOLDER = re.compile(r"\{(?:number|name|[^{}]*\|[^{}]*)(?::[^{}]*)?\}")
 # A comparison of letters standing for values ("X >= Y is False"): the form of a check, not a check.
 _LETTER_COMPARISON = re.compile(r"(?<![\w.])[A-Za-z](?:\s*[+\-*/]\s*[A-Za-z])*\s*(?:>=|<=|==|!=|>|<|≥|≤|=)\s*[A-Za-z](?![\w.])")
+# A comparison in words with its left side left out, and the truth it claims: the whole answer.
+_ONE_SIDED = re.compile(r"\W*(?:大于等于|小于等于|大于|小于|等于|不低于|不高于|不超过|at least|at most|(?:greater|less|more|fewer)"
+                        r"\s+than(?:\s+or\s+equal\s+to)?|equal\s+to)\s*[-+−]?\d[\d,.]*\s*%?\s*(?:是|为|is)?\s*"
+                        r"(?:true|false|成立|不成立|为真|为假|真|假)\W*", re.IGNORECASE)
 _WORDS = re.compile(r"[^\W\d_]+|\d+(?:\.\d+)?")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
@@ -108,7 +113,7 @@ def unanswered(answer: str, goal: str, task_texts: Iterable[str], names: Iterabl
     rest = without_comparisons(answer)
     # An equation states its result ("a + b = c"); an inequality or a claimed truth alone answers nothing.
     bare = [c for c in read_comparisons(answer) if c.op not in ("==",) or c.claimed is not None]
-    if bare and not re.search(r"[^\W\d_]{2,}|[\u3400-\u9fff]", rest):
+    if bare and not re.search(r"[^\W\d_]{2,}|[\u3400-\u9fff]", rest) or _ONE_SIDED.fullmatch(answer):
         return ["the answer states only a comparison, which answers nothing; state the answer to the question "
                 "in words, with its value"]
     if is_echo(answer, texts):
