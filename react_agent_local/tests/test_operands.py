@@ -90,6 +90,9 @@ def test_signs_constants_sums_and_what_the_calculator_refuses_itself():
     assert ungrounded_operands("(80 + 68 + 74) / 4", chunk, []) == ["4"]
     assert ungrounded_operands("(0 + 1) * 2 / 100", [], []) == []
     assert ungrounded_operands("(72 + ", [], []) == []  # not an expression: the calculator says why
+    # a whole sum grounds its own count, not its partial sums' (a 7-term sum is no source of 3 to 6)
+    written_out = "10000 * (" + " + ".join(f"1.035 * {k}" for k in range(1, 8)) + ") * 7"
+    assert set(ungrounded_operands(written_out, [], [])) == {"10000", "1.035", "3", "4", "5", "6"}
 
 
 # -- through the runtime --------------------------------------------------------------------------

@@ -22,7 +22,8 @@ class Judgement:
     premature: list[str]
     #: the false claims of its answer, each named
     claims: list[str]
-    #: a stated number no cited Observation holds (or holds as another fact's): evidence first
+    #: a stated number no cited Observation holds (or holds as another fact's, or as an unsound
+    #: computation's): evidence first
     unfounded: bool = False
 
     @property
@@ -48,7 +49,7 @@ def judge_final(decision: FinalDecision, evidence: StepEvidence, observations: l
     found = claim_problems(decision.answer, cited, goal, evidence.guide, list(evidence.checks),
                            [o for o in observations if o.ok])
     return Judgement([], [p.text for p in found][:MAX_NAMED_CLAIMS],
-                     unfounded=any(p.kind in ("number", "attribution") for p in found))
+                     unfounded=any(p.kind in ("number", "attribution", "computation") for p in found))
 
 
 def better_unverified(best: UnverifiedFinal | None, decision: FinalDecision, claims: list[str]) -> UnverifiedFinal:

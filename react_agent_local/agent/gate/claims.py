@@ -79,6 +79,7 @@ from agent.gate.attribution import (
 from agent.gate.check_language import evaluate, outer_function
 from agent.contracts.task import AnswerGuide, CheckSpec
 from agent.contracts.decision import Observation, latest_ok
+from agent.util.number_text import number_text
 from agent.gate.numbers import (
     Comparison, Number, asks_rounding, close, compare, grounded, numbers_in, read_comparisons, read_numbers
 )
@@ -152,9 +153,7 @@ def with_other_sign(number: Number) -> Number:
 
 
 def fmt(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+    return "?" if value is None else number_text(value)
 
 
 # -- the answer ----------------------------------------------------------------------------------

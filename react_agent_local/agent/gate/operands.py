@@ -65,18 +65,16 @@ def _derived(values: Iterable[float]) -> set[float]:
 
 
 def _sum_sizes(node: ast.AST) -> set[float]:
-    """How many terms each sum in the expression adds (``(a + b + c) / 3``: 3)."""
-    sizes: set[float] = set()
+    """How many terms each whole sum in the expression adds (``(a + b + c) / 3``: 3; the partial sums
+    inside it, ``a + b``, count nothing: a 7-term sum grounds a 7, not every number from 2 to 7)."""
+    def is_sum(n: ast.AST) -> bool:
+        return isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub))
 
     def terms(n: ast.AST) -> int:
-        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub)):
-            return terms(n.left) + terms(n.right)
-        return 1
+        return terms(n.left) + terms(n.right) if is_sum(n) else 1
 
-    for n in ast.walk(node):
-        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub)):
-            sizes.add(float(terms(n)))
-    return sizes
+    inner = {id(child) for n in ast.walk(node) if is_sum(n) for child in (n.left, n.right) if is_sum(child)}
+    return {float(terms(n)) for n in ast.walk(node) if is_sum(n) and id(n) not in inner}
 
 
 def _literals(tree: ast.Expression, source: str) -> list[str]:
