@@ -39,6 +39,8 @@ NAMES = ["Oslo", "Quito", "Lima"]
     # letters standing for values, with words and a grounded number around them (a 0.5B follow-up)
     ("X >= Y is False, because Quito gives 66.5; the floor is not met.", "compares letters"),
     ("Quito is lowest at 66.5: a < b holds, 3.5 short.", "compares letters"),
+    ("true >= 334914895", "truth value"),  # a 0.5B Final on a per-capita question, accepted before
+    ("3.5 < true", "truth value"),
     # a comparison in words with one side only, and the truth it claims
     ("大于等于 2765932 是 True", "only a comparison"),
     ("At least 70 is true.", "only a comparison"),
@@ -51,6 +53,7 @@ def test_a_final_that_answers_nothing_is_named(answer, missing):
 @pytest.mark.parametrize("answer", [
     "Quito is the lowest office at 66.5, 3.5 points below the floor of 70.",
     "Quito: 66.5 < 70, so it is 3.5 points short.",
+    "Quito is lowest at 66.5, 3.5 below the floor: 66.5 < 70 = True",  # a comparison's truth, claimed
     "2602418 + 2820787 = 5423205",  # an equation states its result
     "Quito is at least 3.5 points below the floor: 66.5 < 70 is True.",  # words around the comparison
 ])

@@ -48,6 +48,12 @@ _NONE = re.compile(r"\bnone\b|\bno\s+\w+|\bnot\s+any\b|没有|无|均未|都不"
 _PLACEHOLDER = re.compile(r"\{(?:number|name|[^{}]*\|[^{}]*)(?::[^{}]*)?\}")
 # A comparison of letters standing for values ("X >= Y is False"): the form of a check, not a check.
 _LETTER_COMPARISON = re.compile(r"(?<![\w.])[A-Za-z](?:\s*[+\-*/]\s*[A-Za-z])*\s*(?:>=|<=|==|!=|>|<|≥|≤|=)\s*[A-Za-z](?![\w.])")
+# A truth value compared with a number ("true >= 334914895"): a claimed truth in a value's place.
+_TRUTH = r"(?:true|false|yes|no|成立|不成立|真|假|是|否)"
+_OP = r"(?:>=|<=|==|!=|>|<|≥|≤|=)"
+# ("66.5 < 70 = True" claims a comparison's truth, and stays)
+_TRUTH_COMPARISON = re.compile(rf"(?<![\w.]){_TRUTH}\s*{_OP}\s*[-+−]?\d|\d\s*(?:>=|<=|>|<|≥|≤)\s*{_TRUTH}(?![\w.])",
+                               re.IGNORECASE)
 # A comparison in words with its left side left out, and the truth it claims: the whole answer.
 _ONE_SIDED = re.compile(r"\W*(?:大于等于|小于等于|大于|小于|等于|不低于|不高于|不超过|at least|at most|(?:greater|less|more|fewer)"
                         r"\s+than(?:\s+or\s+equal\s+to)?|equal\s+to)\s*[-+−]?\d[\d,.]*\s*%?\s*(?:是|为|is)?\s*"
@@ -110,6 +116,9 @@ def unanswered(answer: str, goal: str, task_texts: Iterable[str], names: Iterabl
     if _LETTER_COMPARISON.search(answer):
         return ["the answer compares letters that stand for values ('"
                 f"{_LETTER_COMPARISON.search(answer).group(0)}'), which checks nothing; compare the values themselves"]
+    if _TRUTH_COMPARISON.search(answer):
+        return ["the answer compares a truth value with a number, which checks nothing; state the value the "
+                "question asks for"]
     rest = without_comparisons(answer)
     # An equation states its result ("a + b = c"); an inequality or a claimed truth alone answers nothing.
     bare = [c for c in read_comparisons(answer) if c.op not in ("==",) or c.claimed is not None]
