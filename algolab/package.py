@@ -35,9 +35,11 @@ DEFAULT_PACKAGE_DIR = Path(__file__).resolve().parent.parent / "react_agent_loca
 ZIP_ROOT = "react_agent_local"
 
 EXCLUDED_DIRS = frozenset(
-    {".git", ".runs", ".venv", "__pycache__", "models", ".pytest_cache", ".mypy_cache", ".ruff_cache",
-     ".hypothesis", "node_modules"}
+    {".git", ".runs", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+     ".hypothesis", "node_modules", ".grimp_cache", ".import_linter_cache"}
 )
+#: left out at the package's top only: downloaded model weights (``agent/models/`` is code)
+EXCLUDED_TOP_DIRS = frozenset({"models"})
 EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_TOTAL_BYTES = 20 * 1024 * 1024
@@ -160,7 +162,8 @@ def scan(root: Path) -> tuple[list[Entry], list[dict[str, Any]], tuple[Any, ...]
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                if name in EXCLUDED_DIRS or name.endswith(".egg-info") or not _portable(name):
+                if name in EXCLUDED_DIRS or (not rel and name in EXCLUDED_TOP_DIRS) or name.endswith(".egg-info") \
+                        or not _portable(name):
                     continue
                 dir_marks.append((child_rel, st.st_mtime_ns))
                 walk(child.path, child_rel, depth + 1)

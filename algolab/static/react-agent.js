@@ -1598,14 +1598,14 @@
     'agent/cli/main.py': ['命令行运行一次任务。', '解析模型路径、任务包与预算参数，调用同一个 run_agent，并可输出 JSON 结果。', '不经过 HTTP：终端里复现浏览器实验三的同一条行动链。'],
     'agent/tools/schemas.py': ['生成与核对 schemas/*.json。', '从 contracts.py 的类型导出 Decision schema 与工具注册表（含 timeout_seconds），测试用它证明文件与代码一致。', 'contracts.py → schemas.py → schemas/decision.schema.json、schemas/tool_registry.json。'],
     'pytest.ini': ['测试配置。', '声明测试目录、标记与超时等 pytest 选项。', '运行 python -m pytest 时生效，与 Runner 运行无关。'],
-    'agent/contracts.py': ['唯一的类型化契约：Decision、工具参数、Observation、Budgets、HTTP 请求体。', 'Decision 是 action | final 的封闭联合，extra="forbid" 拒绝 reasoning 等多余字段；工具参数的长度、范围与等长约束都在这里。', 'schemas/*.json 由它生成；Runtime、prompt 与 grammar 都从这里取 schema。'],
+    'agent/contracts/decision.py': ['Decision 与 Observation 的类型化契约（预算、任务包、运行结果在 contracts/ 的相邻模块，HTTP 请求体在 runner/requests.py）。', 'Decision 是 action | final 的封闭联合，extra="forbid" 拒绝 reasoning 等多余字段；工具参数的长度、范围与等长约束都在这里。', 'schemas/*.json 由它生成；Runtime、prompt 与 grammar 都从这里取 schema。'],
     'agent/core/runtime.py': ['行动循环中枢：预算 → 生成 → 解析/修复 → 校验 → 循环保护 → 分派/重试 → Observation → 下一轮。', '执行 Final 证据门、三类 loop guard、工具超时与重试，每个 Job 以一条 run.finished 封口。', '它是唯一写 Observation 的地方；调用 model_policy 取候选 Decision，调用 tools 执行动作。'],
     'agent/models/decisions.py': ['把模型续写的文本解析成 Decision。', '拼接 Runtime 前缀与模型输出，做精确字段检查，给出 code、缺失/意外字段数量（不含字段值）。', '解析失败 → decision.invalid → 同一步 repair。'],
     'agent/models/model_policy.py': ['Runtime 与模型之间的一个方法接缝：ModelRequest → Generation。', '请求携带 messages、JSON 前缀、当前值的 schema、deadline 与取消事件；结果只返回文本与 token 用量。', '各后端（backends/*.py）实现它；Runtime 不知道底下是哪种模型。'],
-    'agent/tools.py': ['工具注册表：参数校验、分派契约与结果摘要。', '把三个工具绑定到各自的参数模型、超时与稳定 digest；ToolError 带 retryable，ArgumentError 只含字段名。', 'Runtime 在分派前调用 validate，在 no-progress guard 中使用 digest。'],
-    'agent/knowledge.py': ['knowledge_search 的实现：只检索包内 knowledge/*.md。', '切块、BM25 排序、返回 citations（source_id、chunk_id、source_sha256）并从 markdown 表格与规则行解析 data。', '它的 data 成为 Observation；换一份知识文件就得到不同的数据，没有写死的数字。'],
-    'agent/calculator.py': ['calculator 的实现：AST 白名单的精确算术。', '只允许数字、+ - * /、一元正负与括号；限制长度、节点数、深度与数值大小；异常都变成结构化工具错误。', '模型写出表达式，它给出 value——79 必须来自这里而不是模型心算。'],
-    'agent/plotting.py': ['plot 的实现：Matplotlib Agg 画柱状图并保存 PNG artifact。', '关闭 math text 解析，固定图幅与 DPI，最多 20 根柱子；trace 里只有 artifact metadata。', '页面既用 spec 画课程图，也从 /agent/runs/{id}/artifacts/{artifact_id} 取真实 PNG。'],
+    'agent/tools/__init__.py': ['工具注册表：参数校验、分派契约与结果摘要。', '把三个工具绑定到各自的参数模型、超时与稳定 digest；ToolError 带 retryable，ArgumentError 只含字段名。', 'Runtime 在分派前调用 validate，在 no-progress guard 中使用 digest。'],
+    'agent/tools/knowledge.py': ['knowledge_search 的实现：只检索包内 knowledge/*.md。', '切块、BM25 排序、返回 citations（source_id、chunk_id、source_sha256）并从 markdown 表格与规则行解析 data。', '它的 data 成为 Observation；换一份知识文件就得到不同的数据，没有写死的数字。'],
+    'agent/tools/calculator.py': ['calculator 的实现：AST 白名单的精确算术。', '只允许数字、+ - * /、一元正负与括号；限制长度、节点数、深度与数值大小；异常都变成结构化工具错误。', '模型写出表达式，它给出 value——79 必须来自这里而不是模型心算。'],
+    'agent/tools/plotting.py': ['plot 的实现：Matplotlib Agg 画柱状图并保存 PNG artifact。', '关闭 math text 解析，固定图幅与 DPI，最多 20 根柱子；trace 里只有 artifact metadata。', '页面既用 spec 画课程图，也从 /agent/runs/{id}/artifacts/{artifact_id} 取真实 PNG。'],
     'agent/contracts/trace.py': ['Execution trace：编号事件、800 条上限与隐私规则。', '每个事件带 seq、type、step、attempt、phase、elapsed_ms；写入前脱敏绝对路径与用户名；导出过滤隐藏推理键。', '页面按 after_seq 增量读取的就是这些事件。'],
     'agent/core/metrics.py': ['运行结束后的确定性指标。', '用 counters、usage 与 data/expected.json 计算 Task Success、Valid Action Rate 等；分母为 0 返回 null。', '只在 run.finished 之前被调用一次；expected.json 不进入 prompt 或工具。'],
     'agent/prompts/prompting.py': ['模型可见状态与当前分支的 JSON 前缀。', '任务、最近 10 条 Observation（每条约 3000 字符）、最近 4 条反馈与剩余预算，按只追加的顺序排布以复用 KV cache。', 'Runtime 每一步调用它组装 messages；Decision Summary 也在这里按缺口生成。'],
@@ -1636,7 +1636,7 @@
     }
     if (top === 'schemas') {
       const which = { 'decision.schema.json': 'Decision 的 JSON Schema：只有 action 与 final 两个分支。', 'tool_registry.json': '工具注册表：每个工具的参数 schema 与 timeout_seconds。' }[name];
-      return [which || '机器可读的契约文件。', '由 agent/contracts.py 生成（python -m agent schemas --write），测试证明它与代码一致。', '公开 Decision 与参数边界，供阅读、grammar 与外部工具使用。'];
+      return [which || '机器可读的契约文件。', '由 agent/contracts/ 生成（python -m agent schemas --write），测试证明它与代码一致。', '公开 Decision 与参数边界，供阅读、grammar 与外部工具使用。'];
     }
     if (top === 'knowledge') return ['Agent 经 knowledge_search 可见的事实资料。', 'markdown 表格与规则行会被解析成 data（批次数值与发布规则）；文本按块检索并带 citation。', '只有被检索选中的片段与解析数据进入 Observation，整篇文件不会塞进 prompt。'];
     if (top === 'data') return ['评分数据。', '运行结束后供 metrics.py 复算指标。', '不进入 LLM、检索或工具参数。'];

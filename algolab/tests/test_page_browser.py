@@ -376,7 +376,7 @@ def test_source_browser_per_file_download_and_zip(page: Any, site: Process) -> N
     expect(page.locator("#src-content")).to_have_text(served, timeout=10_000)
     shot(page, "14-source-browser-runtime", "#source .source-browser")
 
-    for path, fragment in (("agent/contracts.py", "唯一的类型化契约"), ("data/expected.json", "ground truth"),
+    for path, fragment in (("agent/contracts/decision.py", "类型化契约"), ("data/expected.json", "ground truth"),
                            ("manifest.json", "静态版本声明")):
         page.click(f'#src-tree button.file[data-path="{path}"]')
         expect(page.locator("#src-explain")).to_contain_text(fragment)
@@ -403,7 +403,7 @@ def test_source_browser_per_file_download_and_zip(page: Any, site: Process) -> N
     assert hashlib.sha256(zip_path.read_bytes()).hexdigest() == shown
     with zipfile.ZipFile(zip_path) as zf:
         assert all(n.startswith("react_agent_local/") for n in zf.namelist())
-        assert "react_agent_local/agent/runtime.py" in zf.namelist()
+        assert "react_agent_local/agent/core/runtime.py" in zf.namelist()
     shot(page, "15-source-browser-manifest", "#source .manifest-bar")
 
 

@@ -27,7 +27,7 @@ expect = sync_api.expect
 RUNNER = r"""
 import sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
-from agent import server
+from agent.runner import server
 from agent.models.backends.scripted import ScriptedPolicy
 from agent.task.packs import load_pack
 from runtime_helpers import chain_outputs

@@ -206,7 +206,7 @@ def test_file_endpoint_content_types_and_download(client: TestClient) -> None:
 
 def test_the_tree_is_read_live(client: TestClient, small_package: Path) -> None:
     before = client.get(MANIFEST).json()
-    (small_package / "agent" / "runtime.py").write_text("def run():\n    return 2\n", encoding="utf-8")
+    (small_package / "agent" / "core" / "runtime.py").write_text("def run():\n    return 2\n", encoding="utf-8")
     (small_package / "agent" / "new_module.py").write_text("X = 1\n", encoding="utf-8")
     (small_package / "tests" / "test_x.py").unlink()
     after = client.get(MANIFEST).json()
@@ -217,7 +217,7 @@ def test_the_tree_is_read_live(client: TestClient, small_package: Path) -> None:
     assert client.get(FILE, params={"path": "agent/new_module.py"}).text == "X = 1\n"
     assert_error(client.get(FILE, params={"path": "tests/test_x.py"}), 404, "not_found")
     with zipfile.ZipFile(io.BytesIO(client.get(ZIP).content)) as zf:
-        assert zf.read("react_agent_local/agent/runtime.py") == b"def run():\n    return 2\n"
+        assert zf.read("react_agent_local/agent/core/runtime.py") == b"def run():\n    return 2\n"
         assert "react_agent_local/tests/test_x.py" not in zf.namelist()
 
 
@@ -285,7 +285,7 @@ def test_symlinks_are_not_listed_served_or_zipped(client: TestClient) -> None:
 
 def test_a_file_swapped_for_a_symlink_after_the_scan_is_not_read(small_package: Path, outside_dir: Path) -> None:
     pkg = package_module.ExamplePackage(small_package)
-    target = small_package / "agent" / "runtime.py"
+    target = small_package / "agent" / "core" / "runtime.py"
     target.unlink()
     target.symlink_to(outside_dir / "secret.txt")
     assert package_module._read_regular(small_package, "agent/core/runtime.py", 1 << 20) is None
@@ -457,9 +457,10 @@ def test_the_repository_package_is_served_consistently() -> None:
     declared = json.loads((PACKAGE_DIR / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["version"] == declared["version"] and manifest["module"] == "No.17"
     paths = {f["path"] for f in manifest["files"]}
-    assert {"manifest.json", "agent/contracts.py", "agent/core/runtime.py"} <= paths
-    for part in (".git", ".runs", ".venv", "__pycache__", "models", ".pytest_cache"):
+    assert {"manifest.json", "agent/contracts/decision.py", "agent/core/runtime.py", "agent/models/model_policy.py"} <= paths
+    for part in (".git", ".runs", ".venv", "__pycache__", ".pytest_cache"):
         assert not any(part in p.split("/") for p in paths), part
+    assert not any(p.split("/")[0] == "models" for p in paths)  # downloaded weights; agent/models/ is code
     assert not any(p.endswith(".pyc") for p in paths)
     with zipfile.ZipFile(io.BytesIO(client.get(ZIP).content)) as zf:
         for entry in manifest["files"]:
