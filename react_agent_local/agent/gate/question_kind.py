@@ -113,9 +113,9 @@ def unanswered(answer: str, goal: str, task_texts: Iterable[str], names: Iterabl
     texts = [goal, *task_texts]
     if _PLACEHOLDER.search(answer):
         return ["the answer leaves a slot of the answer form unfilled; write the value in its place"]
-    if _LETTER_COMPARISON.search(answer):
-        return ["the answer compares letters that stand for values ('"
-                f"{_LETTER_COMPARISON.search(answer).group(0)}'), which checks nothing; compare the values themselves"]
+    if letters := _LETTER_COMPARISON.search(answer):
+        return [f"the answer compares letters that stand for values ('{letters.group(0)}'), which checks nothing; "
+                "compare the values themselves"]
     if _TRUTH_COMPARISON.search(answer):
         return ["the answer compares a truth value with a number, which checks nothing; state the value the "
                 "question asks for"]
